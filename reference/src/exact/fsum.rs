@@ -1,0 +1,105 @@
+//! Correctly rounded sum of a handful of f64 values (Shewchuk's non-overlapping partials, with the
+//! half-way correction of Python's `math.fsum`). Cheaper than [`ExactSum`](super::ExactSum) when only a
+//! few terms are summed per output element (the k slots of a token, the slice products of the fast GEMM).
+//!
+//! Exact as long as no intermediate overflows (|partials| < 2^1023); callers keep magnitudes far below that
+//! and tests compare it with `ExactSum`.
+
+/// Accumulates exactly; `round` gives the correctly rounded (nearest, ties to even) sum.
+#[derive(Clone, Debug, Default)]
+pub struct SmallSum {
+    /// Non-overlapping, increasing in magnitude.
+    partials: Vec<f64>,
+    special: f64,
+}
+
+impl SmallSum {
+    pub fn new() -> Self {
+        SmallSum { partials: Vec::with_capacity(8), special: 0.0 }
+    }
+
+    pub fn clear(&mut self) {
+        self.partials.clear();
+        self.special = 0.0;
+    }
+
+    #[inline]
+    pub fn add(&mut self, x: f64) {
+        if !x.is_finite() {
+            self.special += x; // inf + -inf = NaN, as IEEE would give
+            return;
+        }
+        if x == 0.0 {
+            return;
+        }
+        let mut x = x;
+        let mut i = 0;
+        for j in 0..self.partials.len() {
+            let y = self.partials[j];
+            // Two-sum (branch-free form, valid for any order of magnitudes).
+            let s = x + y;
+            let bp = s - x;
+            let ap = s - bp;
+            let err = (x - ap) + (y - bp);
+            if err != 0.0 {
+                self.partials[i] = err;
+                i += 1;
+            }
+            x = s;
+        }
+        self.partials.truncate(i);
+        self.partials.push(x);
+    }
+
+    /// Add the exact product `a*b` (as the f64 product plus its FMA-exact error term).
+    /// Exact unless the product underflows into the subnormal range; callers that can meet
+    /// such products use [`ExactSum`](super::ExactSum) instead.
+    #[inline]
+    pub fn add_product(&mut self, a: f64, b: f64) {
+        let p = a * b;
+        if !p.is_finite() {
+            self.add(p);
+            return;
+        }
+        let e = a.mul_add(b, -p);
+        self.add(p);
+        if e != 0.0 {
+            self.add(e);
+        }
+    }
+
+    pub fn round(&self) -> f64 {
+        if self.special != 0.0 || self.special.is_nan() {
+            return self.special;
+        }
+        let p = &self.partials;
+        let mut n = p.len();
+        if n == 0 {
+            return 0.0;
+        }
+        n -= 1;
+        let mut hi = p[n];
+        let mut lo = 0.0;
+        while n > 0 {
+            let x = hi;
+            n -= 1;
+            let y = p[n];
+            hi = x + y;
+            let yr = hi - x;
+            lo = y - yr;
+            if lo != 0.0 {
+                break;
+            }
+        }
+        // Half-way case: if the rest has the same sign as `lo`, round away from the tie.
+        if n > 0 && ((lo < 0.0 && p[n - 1] < 0.0) || (lo > 0.0 && p[n - 1] > 0.0)) {
+            let y = lo * 2.0;
+            let x = hi + y;
+            let yr = x - hi;
+            if y == yr {
+                hi = x;
+            }
+        }
+        hi
+    }
+}

@@ -1,0 +1,225 @@
+//! The MoE layer as a composition of stages, forward and backward, recording every intermediate of the
+//! case-file format.
+//!
+//! | stage | forward | backward |
+//! |---|---|---|
+//! | route | `logits = x·Rᵀ`, scores, top-k, weights ([`route`]) | `dlogits`, `grad.router.weight = dlogitsᵀ·x` |
+//! | dispatch | rows in expert-major order ([`RowMap`]) | `grad.x = Σ_j dx_rows + dlogits·R` (one rounding) |
+//! | GEMM1 | `h = x_rows·w13[e]ᵀ` | `dx_rows = dh·w13[e]`, `grad.w13[e] = dhᵀ·x_rows` |
+//! | SwiGLU | `a = act(h)` ([`act`]) | `dh = act'(h)·da` |
+//! | GEMM2 | `o = a·w2[e]ᵀ` | `da = do·w2[e]`, `grad.w2[e] = doᵀ·a` |
+//! | combine | `y = Σ_j w·o` | `do = w·dy`, `grad.topk_weights = <dy, o>` |
+//!
+//! Every GEMM entry and reduction is exact-then-rounded ([`crate::gemm`], [`crate::exact`]); experts are
+//! processed rank by rank (`ep_ranks`), in parallel, and none of that changes a bit of the result.
+
+use ndarray::{s, Array1, Array2, Array3, ArrayView2, Axis};
+use rayon::prelude::*;
+
+use crate::act;
+use crate::config::MoeConfig;
+use crate::dispatch::{RankLayout, RowMap};
+use crate::gemm::{self, Engine};
+use crate::route::{self, Routed};
+
+/// Everything a case can give the layer, as f64.
+#[derive(Clone, Debug)]
+pub struct LayerInputs {
+    pub cfg: MoeConfig,
+    /// [T, H]
+    pub x: Array2<f64>,
+    /// [E, 2I, H]: gate rows then up rows.
+    pub w13: Array3<f64>,
+    /// [E, H, I]
+    pub w2: Array3<f64>,
+    /// Given routing ([T, k], -1 = unused slot) ...
+    pub topk_ids: Option<Array2<i32>>,
+    pub topk_weights: Option<Array2<f64>>,
+    /// ... or the router that computes it.
+    pub router_weight: Option<Array2<f64>>,
+    pub router_bias: Option<Array1<f64>>,
+    /// Upstream gradient [T, H]; backward runs only when it is present.
+    pub dy: Option<Array2<f64>>,
+}
+
+/// How to run the layer.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    pub engine: Engine,
+}
+
+/// Forward results and the intermediates backward needs.
+#[derive(Clone, Debug)]
+pub struct Forward {
+    pub y: Array2<f64>,
+    pub topk_ids: Array2<i32>,
+    pub topk_weights: Array2<f64>,
+    /// Router results, when the layer routed itself.
+    pub routed: Option<Routed>,
+    pub logits: Option<Array2<f64>>,
+    pub rows: RowMap,
+    pub ranks: RankLayout,
+    /// `fwd.h` [M, 2I], `fwd.a` [M, I], `fwd.o` [M, H].
+    pub h: Array2<f64>,
+    pub a: Array2<f64>,
+    pub o: Array2<f64>,
+}
+
+/// Gradients and backward intermediates.
+#[derive(Clone, Debug)]
+pub struct Backward {
+    pub grad_x: Array2<f64>,
+    pub grad_w13: Array3<f64>,
+    pub grad_w2: Array3<f64>,
+    pub grad_topk_weights: Array2<f64>,
+    pub grad_router_weight: Option<Array2<f64>>,
+    pub dlogits: Option<Array2<f64>>,
+    /// `bwd.do` [M, H], `bwd.da` [M, I], `bwd.dh` [M, 2I], `bwd.dx_rows` [M, H].
+    pub do_: Array2<f64>,
+    pub da: Array2<f64>,
+    pub dh: Array2<f64>,
+    pub dx_rows: Array2<f64>,
+}
+
+/// Run `f` for every expert, rank by rank, in parallel; stitch the per-expert row blocks back together
+/// in expert-major order.
+fn per_expert_rows<F>(rows: &RowMap, ranks: &RankLayout, width: usize, f: F) -> Array2<f64>
+where
+    F: Fn(usize) -> Array2<f64> + Sync,
+{
+    let experts: Vec<usize> = ranks.ranks.iter().flat_map(|r| r.experts.clone()).collect();
+    let blocks: Vec<Array2<f64>> = experts.par_iter().map(|&e| f(e)).collect();
+    let mut out = Array2::zeros((rows.rows(), width));
+    for (&e, block) in experts.iter().zip(blocks) {
+        out.slice_mut(s![rows.expert_rows(e), ..]).assign(&block);
+    }
+    out
+}
+
+/// Same for per-expert weight gradients [E, p, q].
+fn per_expert_weights<F>(ranks: &RankLayout, shape: (usize, usize, usize), f: F) -> Array3<f64>
+where
+    F: Fn(usize) -> Array2<f64> + Sync,
+{
+    let experts: Vec<usize> = ranks.ranks.iter().flat_map(|r| r.experts.clone()).collect();
+    let blocks: Vec<Array2<f64>> = experts.par_iter().map(|&e| f(e)).collect();
+    let mut out = Array3::zeros(shape);
+    for (&e, block) in experts.iter().zip(blocks) {
+        out.index_axis_mut(Axis(0), e).assign(&block);
+    }
+    out
+}
+
+pub fn forward(inp: &LayerInputs, opt: Options) -> Forward {
+    let cfg = &inp.cfg;
+    let (hdim, idim) = (cfg.hidden, cfg.intermediate);
+    let mm = |a: ArrayView2<f64>, b: ArrayView2<f64>| gemm::matmul_nt_with(opt.engine, a, b);
+
+    let (routed, logits, topk_ids, topk_weights) = match (&inp.topk_ids, &inp.topk_weights) {
+        (Some(ids), Some(w)) => (None, None, ids.clone(), w.clone()),
+        _ => {
+            let r = cfg.routing.as_ref().expect("validated: routing config present when topk is not given");
+            let rw = inp.router_weight.as_ref().expect("validated: router.weight present");
+            let logits = mm(inp.x.view(), rw.view());
+            let routed = route::forward(r, cfg.top_k, logits.view(), inp.router_bias.as_ref().map(|b| b.view()));
+            let (ids, w) = (routed.topk_ids.clone(), routed.topk_weights.clone());
+            (Some(routed), Some(logits), ids, w)
+        }
+    };
+
+    let rows = RowMap::build(topk_ids.view(), cfg.experts);
+    let ranks = rows.ranks(cfg.ep_ranks);
+    let x_rows = rows.gather(inp.x.view());
+
+    let h = per_expert_rows(&rows, &ranks, 2 * idim, |e| {
+        mm(x_rows.slice(s![rows.expert_rows(e), ..]), inp.w13.index_axis(Axis(0), e))
+    });
+    let mut a = Array2::zeros((rows.rows(), idim));
+    a.axis_iter_mut(Axis(0)).into_par_iter().zip(h.axis_iter(Axis(0))).for_each(|(mut ar, hr)| {
+        for i in 0..idim {
+            ar[i] = act::forward(cfg.activation, hr[i], hr[idim + i]);
+        }
+    });
+    let o = per_expert_rows(&rows, &ranks, hdim, |e| {
+        mm(a.slice(s![rows.expert_rows(e), ..]), inp.w2.index_axis(Axis(0), e))
+    });
+    let y = rows.combine(o.view(), topk_weights.view());
+    Forward { y, topk_ids, topk_weights, routed, logits, rows, ranks, h, a, o }
+}
+
+pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Options) -> Backward {
+    let cfg = &inp.cfg;
+    let (hdim, idim, e_n) = (cfg.hidden, cfg.intermediate, cfg.experts);
+    let mm = |a: ArrayView2<f64>, b: ArrayView2<f64>| gemm::matmul_nt_with(opt.engine, a, b);
+    let rows = &fwd.rows;
+    let ranks = &fwd.ranks;
+
+    let grad_topk_weights = rows.slot_dots(dy, fwd.o.view());
+    let do_ = rows.dispatch_weighted(dy, fwd.topk_weights.view());
+
+    // da = do · w2[e]  (w2[e] is [H, I]; contract over H)
+    let da = per_expert_rows(rows, ranks, idim, |e| {
+        let w2t = inp.w2.index_axis(Axis(0), e).t().as_standard_layout().into_owned();
+        mm(do_.slice(s![rows.expert_rows(e), ..]), w2t.view())
+    });
+    let mut dh = Array2::zeros((rows.rows(), 2 * idim));
+    dh.axis_iter_mut(Axis(0))
+        .into_par_iter()
+        .zip(fwd.h.axis_iter(Axis(0)))
+        .zip(da.axis_iter(Axis(0)))
+        .for_each(|((mut d, hr), dar)| {
+            for i in 0..idim {
+                let (dg, du) = act::backward(cfg.activation, hr[i], hr[idim + i], dar[i]);
+                d[i] = dg;
+                d[idim + i] = du;
+            }
+        });
+    // grad.w2[e] = do_eᵀ · a_e  (contract over the expert's rows)
+    let grad_w2 = per_expert_weights(ranks, (e_n, hdim, idim), |e| {
+        let r = rows.expert_rows(e);
+        let dot = do_.slice(s![r.clone(), ..]).t().as_standard_layout().into_owned();
+        let at = fwd.a.slice(s![r, ..]).t().as_standard_layout().into_owned();
+        mm(dot.view(), at.view())
+    });
+    // dx_rows = dh · w13[e]  (w13[e] is [2I, H]; contract over 2I)
+    let dx_rows = per_expert_rows(rows, ranks, hdim, |e| {
+        let w13t = inp.w13.index_axis(Axis(0), e).t().as_standard_layout().into_owned();
+        mm(dh.slice(s![rows.expert_rows(e), ..]), w13t.view())
+    });
+    // grad.w13[e] = dh_eᵀ · x_rows_e
+    let grad_w13 = per_expert_weights(ranks, (e_n, 2 * idim, hdim), |e| {
+        let r = rows.expert_rows(e);
+        let dht = dh.slice(s![r.clone(), ..]).t().as_standard_layout().into_owned();
+        let xt = Array2::from_shape_fn((hdim, r.len()), |(c, j)| inp.x[[rows.row_token[r.start + j], c]]);
+        mm(dht.view(), xt.view())
+    });
+
+    // grad.x = Σ_j dx_rows[row(t, j)]  (+ dlogits · R when the layer routed itself), one rounding.
+    let k = cfg.top_k;
+    let undispatch = |t: usize, c: usize, out: &mut Vec<(f64, f64)>| {
+        for j in 0..k {
+            if let Some(r) = rows.slot_row[t * k + j] {
+                out.push((dx_rows[[r, c]], 1.0));
+            }
+        }
+    };
+    let (grad_x, dlogits, grad_router_weight) = match (&fwd.routed, &cfg.routing, &inp.router_weight) {
+        (Some(routed), Some(rcfg), Some(rw)) => {
+            let dl = route::backward(rcfg, routed, grad_topk_weights.view());
+            let rwt = rw.t().as_standard_layout().into_owned(); // [H, E]
+            let gx = gemm::matmul_nt_plus(opt.engine, dl.view(), rwt.view(), Some(&undispatch));
+            let dlt = dl.t().as_standard_layout().into_owned(); // [E, T]
+            let xt = inp.x.t().as_standard_layout().into_owned(); // [H, T]
+            let grw = mm(dlt.view(), xt.view());
+            (gx, Some(dl), Some(grw))
+        }
+        _ => {
+            let empty = Array2::<f64>::zeros((cfg.tokens, 0));
+            let none = Array2::<f64>::zeros((hdim, 0));
+            let gx = gemm::matmul_nt_plus(opt.engine, empty.view(), none.view(), Some(&undispatch));
+            (gx, None, None)
+        }
+    };
+
+    Backward { grad_x, grad_w13, grad_w2, grad_topk_weights, grad_router_weight, dlogits, do_, da, dh, dx_rows }
+}

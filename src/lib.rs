@@ -1,0 +1,1 @@
+//! `moe-oracle`: case files, the command-line tools, and (later) checking and diagnosis.
