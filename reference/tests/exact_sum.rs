@@ -1,0 +1,166 @@
+//! The superaccumulator, the small-sum path and the dot products against an independent exact model:
+//! arbitrary-precision rationals (num-rational), with "correctly rounded" checked from its definition
+//! (no f64 is closer to the exact value; on a tie the even one is chosen).
+
+use moe_reference::exact::{self, ExactSum, SmallSum};
+use num_bigint::BigInt;
+use num_rational::BigRational;
+use num_traits::{Signed, Zero};
+use proptest::prelude::*;
+
+fn rat(x: f64) -> BigRational {
+    BigRational::from_float(x).expect("finite")
+}
+
+fn next_up(x: f64) -> f64 {
+    if x == 0.0 {
+        return f64::from_bits(1);
+    }
+    let b = x.to_bits();
+    f64::from_bits(if x > 0.0 { b + 1 } else { b - 1 })
+}
+fn next_down(x: f64) -> f64 {
+    -next_up(-x)
+}
+
+/// Is `r` the correctly rounded (nearest, ties-to-even) f64 of `exact`?
+fn is_correctly_rounded(exact: &BigRational, r: f64) -> bool {
+    if !r.is_finite() {
+        // overflow: the exact value must be at least the rounding threshold of f64::MAX
+        let max = rat(f64::MAX);
+        let half_ulp = rat(2f64.powi(970));
+        return exact.abs() >= max + half_ulp && (exact.is_positive() == (r > 0.0));
+    }
+    let d = (exact - rat(r)).abs();
+    for nb in [next_up(r), next_down(r)] {
+        if !nb.is_finite() {
+            continue;
+        }
+        let dn = (exact - rat(nb)).abs();
+        if dn < d {
+            return false;
+        }
+        if dn == d && (r.to_bits() & 1) == 1 && r != 0.0 {
+            return false; // a tie must go to the even neighbour
+        }
+    }
+    true
+}
+
+/// f64 values of every kind: any finite bit pattern, bf16-like values, small integers, subnormals.
+fn any_f64() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        any::<u64>().prop_map(f64::from_bits).prop_filter("finite", |x| x.is_finite()),
+        (any::<u16>(), -40i32..40).prop_map(|(m, e)| (m as i16 as f64) * 2f64.powi(e)),
+        (-1000i64..1000).prop_map(|v| v as f64),
+        any::<u64>().prop_map(|b| f64::from_bits(b & 0x800f_ffff_ffff_ffff)),
+        Just(0.0),
+        Just(-0.0),
+        (-1.0e3f64..1.0e3),
+    ]
+}
+
+/// Values whose products and sums stay far from overflow (the range the layer works in).
+fn moderate_f64() -> impl Strategy<Value = f64> {
+    any_f64().prop_filter("moderate", |x| x.abs() < 1e150)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn exact_sum_is_correctly_rounded(xs in prop::collection::vec(moderate_f64(), 0..40)) {
+        let mut acc = ExactSum::new();
+        let mut truth = BigRational::zero();
+        for &x in &xs { acc.add(x); truth += rat(x); }
+        let r = acc.round();
+        prop_assert!(is_correctly_rounded(&truth, r), "sum of {:?} gave {:e}", xs, r);
+    }
+
+    #[test]
+    fn exact_dot_is_correctly_rounded(ps in prop::collection::vec((moderate_f64(), moderate_f64()), 0..30)) {
+        let mut acc = ExactSum::new();
+        let mut truth = BigRational::zero();
+        for &(a, b) in &ps { acc.add_product(a, b); truth += rat(a) * rat(b); }
+        let r = acc.round();
+        prop_assert!(is_correctly_rounded(&truth, r), "dot of {:?} gave {:e}", ps, r);
+    }
+
+    #[test]
+    fn order_does_not_matter(mut xs in prop::collection::vec(moderate_f64(), 1..40), seed in any::<u64>()) {
+        let a = exact::sum(xs.iter().copied());
+        // a deterministic shuffle from the seed
+        let mut s = seed | 1;
+        for i in (1..xs.len()).rev() {
+            s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+            xs.swap(i, (s % (i as u64 + 1)) as usize);
+        }
+        let b = exact::sum(xs.iter().copied());
+        prop_assert_eq!(a.to_bits(), b.to_bits());
+    }
+
+    #[test]
+    fn small_sum_matches_exact_sum(xs in prop::collection::vec(moderate_f64(), 0..30)) {
+        let mut small = SmallSum::new();
+        for &x in &xs { small.add(x); }
+        prop_assert_eq!(small.round().to_bits(), exact::sum(xs.iter().copied()).to_bits(), "{:?}", xs);
+    }
+
+    #[test]
+    fn small_dot_matches_dot(ps in prop::collection::vec((moderate_f64(), moderate_f64()), 0..20)) {
+        let a = exact::small_dot(ps.iter().copied());
+        let b = exact::dot(ps.iter().copied());
+        prop_assert_eq!(a.to_bits(), b.to_bits(), "{:?}", ps);
+    }
+}
+
+#[test]
+fn hard_cases() {
+    // Catastrophic cancellation, ties, subnormal results, carries across many limbs, overflow.
+    let cases: Vec<Vec<f64>> = vec![
+        vec![1e300, 1.0, -1e300],
+        vec![1.0, 2f64.powi(-53)],                   // exact tie: rounds to even (1.0)
+        vec![1.0, 2f64.powi(-53), 2f64.powi(-1074)], // just above the tie: rounds up
+        vec![-1.0, -2f64.powi(-53)],
+        vec![1.0 + 2f64.powi(-52), 2f64.powi(-53)], // tie, odd: rounds up
+        vec![f64::from_bits(1), f64::from_bits(1), -f64::from_bits(3)],
+        vec![f64::MAX, f64::MAX, -f64::MAX],
+        vec![f64::MAX, f64::MAX],
+        vec![2f64.powi(-1022), -f64::from_bits(1)],
+        vec![0.1, 0.2, 0.3, -0.6],
+        vec![-0.0, -0.0],
+    ];
+    for xs in cases {
+        let mut acc = ExactSum::new();
+        let mut truth = BigRational::zero();
+        for &x in &xs {
+            acc.add(x);
+            truth += rat(x);
+        }
+        let r = acc.round();
+        assert!(is_correctly_rounded(&truth, r), "{xs:?} -> {r:e}");
+    }
+    // Many carries: 2^31 + 5 additions of the same value exercise the headroom bookkeeping.
+    let mut acc = ExactSum::new();
+    let n: u64 = (1 << 20) + 5;
+    for _ in 0..n {
+        acc.add(4294967295.0 * 2f64.powi(-30));
+    }
+    let want = rat(4294967295.0 * 2f64.powi(-30)) * BigRational::from_integer(BigInt::from(n));
+    assert!(is_correctly_rounded(&want, acc.round()));
+}
+
+#[test]
+fn specials_follow_ieee() {
+    let mut acc = ExactSum::new();
+    acc.add(1.0);
+    acc.add(f64::INFINITY);
+    assert_eq!(acc.round(), f64::INFINITY);
+    acc.add(f64::NEG_INFINITY);
+    assert!(acc.round().is_nan());
+    acc.clear();
+    acc.add_product(0.0, f64::INFINITY);
+    assert!(acc.round().is_nan());
+    acc.clear();
+    assert_eq!(acc.round().to_bits(), 0.0f64.to_bits());
+}

@@ -1,0 +1,149 @@
+//! The fast exact GEMM (Ozaki slicing) must give the same bits as the per-entry superaccumulator for
+//! every kind of data: bf16-valued, full f64, wide exponent ranges, zeros, tiny and huge magnitudes, and
+//! the extra-terms form used for `grad.x`.
+
+use moe_reference::gemm::{matmul_nt_plus, matmul_nt_with, plan_for, Engine};
+use ndarray::Array2;
+use proptest::prelude::*;
+
+/// A small deterministic generator (xorshift*), so failures reproduce from the proptest seed.
+struct Gen(u64);
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545F4914F6CDD1D)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        let (u, v) = (self.unit().max(1e-300), self.unit());
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+}
+
+fn bf16_round(x: f64) -> f64 {
+    let b = (x as f32).to_bits();
+    let r = b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000;
+    f32::from_bits(r) as f64
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Bf16,
+    F64,
+    WideRange,
+    SparseZeros,
+    Tiny,
+    Huge,
+    Integers,
+}
+
+fn fill(kind: Kind, rows: usize, cols: usize, g: &mut Gen) -> Array2<f64> {
+    Array2::from_shape_fn((rows, cols), |_| match kind {
+        Kind::Bf16 => bf16_round(g.normal() * 0.02),
+        Kind::F64 => g.normal(),
+        Kind::WideRange => g.normal() * 2f64.powi((g.next() % 120) as i32 - 60),
+        Kind::SparseZeros => {
+            if g.next() % 3 == 0 {
+                g.normal()
+            } else {
+                0.0
+            }
+        }
+        Kind::Tiny => bf16_round(g.normal()) * 2f64.powi(-700),
+        Kind::Huge => g.normal() * 2f64.powi(600),
+        Kind::Integers => ((g.next() % 7) as f64) - 3.0,
+    })
+}
+
+fn kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        Just(Kind::Bf16),
+        Just(Kind::F64),
+        Just(Kind::WideRange),
+        Just(Kind::SparseZeros),
+        Just(Kind::Tiny),
+        Just(Kind::Huge),
+        Just(Kind::Integers),
+    ]
+}
+
+fn assert_same(a: &Array2<f64>, b: &Array2<f64>) {
+    assert_eq!(a.dim(), b.dim());
+    for ((i, x), y) in a.indexed_iter().zip(b.iter()) {
+        assert_eq!(x.to_bits(), y.to_bits(), "entry {i:?}: {x:e} vs {y:e}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(120))]
+
+    #[test]
+    fn ozaki_equals_reference((m, n, k) in (0usize..20, 0usize..20, 0usize..300), ka in kind(), kb in kind(), seed in any::<u64>()) {
+        let mut g = Gen(seed | 1);
+        let a = fill(ka, m, k, &mut g);
+        let b = fill(kb, n, k, &mut g);
+        let fast = matmul_nt_with(Engine::Ozaki, a.view(), b.view());
+        let slow = matmul_nt_with(Engine::Reference, a.view(), b.view());
+        assert_same(&fast, &slow);
+    }
+
+    #[test]
+    fn extra_terms_join_the_one_rounding((m, n, k) in (1usize..10, 1usize..10, 1usize..50), seed in any::<u64>()) {
+        let mut g = Gen(seed | 1);
+        let a = fill(Kind::F64, m, k, &mut g);
+        let b = fill(Kind::Bf16, n, k, &mut g);
+        let extra_vals = fill(Kind::WideRange, m * n, 3, &mut g);
+        let extra = |r: usize, c: usize, out: &mut Vec<(f64, f64)>| {
+            for j in 0..3 { out.push((extra_vals[[r * n + c, j]], 1.0)); }
+        };
+        let fast = matmul_nt_plus(Engine::Ozaki, a.view(), b.view(), Some(&extra));
+        let slow = matmul_nt_plus(Engine::Reference, a.view(), b.view(), Some(&extra));
+        assert_same(&fast, &slow);
+        // and it is the exact sum, not a sum of rounded parts: compare with one superaccumulator per entry
+        for r in 0..m { for c in 0..n {
+            let mut acc = moe_reference::exact::ExactSum::new();
+            for kk in 0..k { acc.add_product(a[[r, kk]], b[[c, kk]]); }
+            for j in 0..3 { acc.add(extra_vals[[r * n + c, j]]); }
+            prop_assert_eq!(acc.round().to_bits(), fast[[r, c]].to_bits());
+        }}
+    }
+}
+
+#[test]
+fn cancellation_to_exact_zero_and_to_tiny() {
+    // rows that cancel exactly, and rows that cancel down to one tiny term
+    let k = 64;
+    let mut a = Array2::<f64>::zeros((2, k));
+    let b = Array2::<f64>::ones((1, k));
+    for j in 0..k / 2 {
+        a[[0, 2 * j]] = 1.0 + j as f64;
+        a[[0, 2 * j + 1]] = -(1.0 + j as f64);
+        a[[1, 2 * j]] = 1e10;
+        a[[1, 2 * j + 1]] = -1e10;
+    }
+    a[[1, 7]] += 2f64.powi(-30); // below 1e10's ulp? no: exactly representable? force a tail element
+    a[[1, 9]] = 3e-200;
+    let fast = matmul_nt_with(Engine::Ozaki, a.view(), b.view());
+    let slow = matmul_nt_with(Engine::Reference, a.view(), b.view());
+    assert_same(&fast, &slow);
+    assert_eq!(fast[[0, 0]].to_bits(), 0.0f64.to_bits());
+}
+
+#[test]
+fn bf16_operands_need_one_slice_each() {
+    // The common case the speed target rests on: two bf16-valued operands at K = 2048 fit one f64 GEMM.
+    let mut g = Gen(7);
+    let a = fill(Kind::Bf16, 64, 2048, &mut g);
+    let b = fill(Kind::Bf16, 96, 2048, &mut g);
+    let plan = plan_for(a.view(), b.view()).expect("fast path");
+    assert_eq!((plan.n_a, plan.n_b), (1, 1), "{plan:?}");
+    // Full f64 against bf16 needs several slices of the f64 side.
+    let f = fill(Kind::F64, 64, 768, &mut g);
+    let w = fill(Kind::Bf16, 96, 768, &mut g);
+    let plan = plan_for(f.view(), w.view()).expect("fast path");
+    assert!(plan.n_a >= 2 && plan.n_b == 1, "{plan:?}");
+}
