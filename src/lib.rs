@@ -1,1 +1,14 @@
 //! `moe-oracle`: case files, the command-line tools, and (later) checking and diagnosis.
+//!
+//! - [`case`]: read a case file (`shared/docs/golden-format.md`) into validated
+//!   [`moe_reference::LayerInputs`]; write outputs and cases.
+//! - [`cli`]: the `moe-oracle` command line (`run`, `demo`).
+//! - [`demo`]: the built-in demo case and a tiny seeded generator.
+
+pub mod case;
+pub mod cli;
+pub mod demo;
+pub mod error;
+
+pub use case::{read_case, write_case, write_outputs, Case, FloatDtype, ReadOptions, TensorData};
+pub use error::CaseError;

@@ -1,0 +1,368 @@
+//! The `moe-oracle` command line.
+//!
+//! ```text
+//! moe-oracle run CASE.safetensors -o OUT.safetensors [--intermediates] [--allow-nonfinite] [--engine ozaki|reference]
+//! moe-oracle run --demo -o OUT.safetensors
+//! moe-oracle demo -o OUT.safetensors [--seed N] [--save-case CASE.safetensors]
+//! ```
+//!
+//! Exit status 0 on success, 2 on any error (usage, bad input, failed write, internal error); an error is
+//! one line `error: <message>` on stderr and no output file is written. Progress and timing go to stderr,
+//! the summary to stdout.
+
+use std::any::Any;
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use moe_reference::gemm::Engine;
+use moe_reference::{layer, LayerInputs, Options};
+
+use crate::case::{self, FloatDtype, ReadOptions};
+use crate::error::CaseError;
+use crate::demo;
+use crate::error::one_line;
+
+/// Exit status of every failure.
+pub const EXIT_ERROR: i32 = 2;
+
+#[derive(Debug, Parser)]
+#[command(name = "moe-oracle", version, about = "Exact CPU oracle for Mixture-of-Experts layers")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the exact layer (forward, and backward when the case has `dy`) on a case file.
+    Run(RunArgs),
+    /// Run the built-in demo case (T=16, H=64, I=32, E=8, k=2, softmax routing, bf16-valued inputs).
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Case file (safetensors, moe.format 1).
+    #[arg(required_unless_present = "demo", conflicts_with = "demo")]
+    pub case: Option<PathBuf>,
+    /// Run the built-in demo case instead of a file.
+    #[arg(long)]
+    pub demo: bool,
+    /// Output file (safetensors): y, gradients, and intermediates on request.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Accept NaN and infinities in the inputs.
+    #[arg(long)]
+    pub allow_nonfinite: bool,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Output file (safetensors).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Seed of the demo's generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the demo case itself (bf16 inputs) to this file.
+    #[arg(long)]
+    pub save_case: Option<PathBuf>,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// Also write the forward and backward intermediates (fwd.*, bwd.*).
+    #[arg(long)]
+    pub intermediates: bool,
+    /// Exact GEMM engine (both give identical bits; reference is slower).
+    #[arg(long, value_enum, default_value_t = EngineArg::Ozaki)]
+    pub engine: EngineArg,
+    /// No progress lines on stderr.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    Ozaki,
+    Reference,
+}
+
+impl From<EngineArg> for Engine {
+    fn from(e: EngineArg) -> Engine {
+        match e {
+            EngineArg::Ozaki => Engine::Ozaki,
+            EngineArg::Reference => Engine::Reference,
+        }
+    }
+}
+
+/// A failure of one command; `Display` is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Reading or validating the case.
+    #[error("{}", case_msg(.path, .source))]
+    Case { path: PathBuf, source: CaseError },
+    /// The output cannot be written where asked.
+    #[error("output {}: {why}", .path.display())]
+    Output { path: PathBuf, why: String },
+    /// Writing a file failed.
+    #[error("writing {}: {source}", .path.display())]
+    Write { path: PathBuf, source: CaseError },
+    /// In-memory inputs (the demo) failed validation.
+    #[error("demo inputs: {0}")]
+    Inputs(CaseError),
+}
+
+fn case_msg(path: &Path, e: &CaseError) -> String {
+    match e {
+        CaseError::Io { .. } => e.to_string(),
+        _ => format!("{}: {e}", path.display()),
+    }
+}
+
+struct Progress {
+    quiet: bool,
+}
+
+impl Progress {
+    fn line(&self, msg: std::fmt::Arguments<'_>) {
+        if !self.quiet {
+            let _ = writeln!(std::io::stderr(), "moe-oracle: {msg}");
+        }
+    }
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Fail early (before any computation) when the output cannot be created.
+fn check_output(path: &Path) -> Result<(), CliError> {
+    let err = |why: String| Err(CliError::Output { path: path.to_path_buf(), why });
+    if path.as_os_str().is_empty() {
+        return err("empty path".into());
+    }
+    if path.is_dir() {
+        return err("is a directory".into());
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return err(format!("directory {} does not exist", dir.display()));
+    }
+    Ok(())
+}
+
+/// What a run did, for the summary.
+#[derive(Clone, Debug)]
+pub struct RunSummary {
+    pub tensors: Vec<(String, Vec<usize>)>,
+    pub y_norm: f64,
+    pub rows: usize,
+    pub forward_ms: f64,
+    pub backward_ms: Option<f64>,
+}
+
+/// Run the layer on validated inputs and write the outputs to `out`.
+pub fn execute(
+    inputs: &LayerInputs,
+    config_json: &str,
+    out: &Path,
+    common: &CommonArgs,
+) -> Result<RunSummary, CliError> {
+    let p = Progress { quiet: common.quiet };
+    let opt = Options { engine: common.engine.into() };
+    let t = Instant::now();
+    let fwd = layer::forward(inputs, opt);
+    let forward_ms = ms(t);
+    p.line(format_args!("forward: {} dispatched rows in {forward_ms:.1} ms", fwd.rows.rows()));
+    let (bwd, backward_ms) = match &inputs.dy {
+        Some(dy) => {
+            let t = Instant::now();
+            let b = layer::backward(inputs, &fwd, dy.view(), opt);
+            let d = ms(t);
+            p.line(format_args!("backward: {d:.1} ms"));
+            (Some(b), Some(d))
+        }
+        None => {
+            p.line(format_args!("backward: skipped (no dy in the case)"));
+            (None, None)
+        }
+    };
+    let t = Instant::now();
+    let tensors = case::output_tensors(&fwd, bwd.as_ref(), common.intermediates)
+        .map_err(|e| CliError::Write { path: out.to_path_buf(), source: e })?;
+    case::write_outputs(out, config_json, &tensors)
+        .map_err(|e| CliError::Write { path: out.to_path_buf(), source: e })?;
+    p.line(format_args!("wrote {} tensors to {} in {:.1} ms", tensors.len(), out.display(), ms(t)));
+    let y_norm = fwd.y.iter().map(|v| v * v).sum::<f64>().sqrt();
+    Ok(RunSummary {
+        tensors: tensors.iter().map(|(n, t)| (n.clone(), t.shape().to_vec())).collect(),
+        y_norm,
+        rows: fwd.rows.rows(),
+        forward_ms,
+        backward_ms,
+    })
+}
+
+fn print_summary(title: &str, s: &RunSummary, out: &Path) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{title}");
+    let _ = writeln!(
+        o,
+        "  rows M = {}, |y| = {:.6e}, forward {:.1} ms, backward {}",
+        s.rows,
+        s.y_norm,
+        s.forward_ms,
+        s.backward_ms.map_or("skipped".to_string(), |b| format!("{b:.1} ms"))
+    );
+    let _ = writeln!(o, "  wrote {}:", out.display());
+    for (name, shape) in &s.tensors {
+        let _ = writeln!(o, "    {name:<20} {shape:?}");
+    }
+}
+
+fn run_case(path: &Path, args: &RunArgs) -> Result<(), CliError> {
+    check_output(&args.output)?;
+    let p = Progress { quiet: args.common.quiet };
+    let t = Instant::now();
+    let opts = ReadOptions { allow_nonfinite: args.allow_nonfinite };
+    let case = case::read_case(path, opts).map_err(|e| CliError::Case { path: path.to_path_buf(), source: e })?;
+    let c = &case.inputs.cfg;
+    p.line(format_args!(
+        "read {}: T={} H={} I={} E={} k={} ({} routing{}) in {:.1} ms",
+        path.display(),
+        c.tokens,
+        c.hidden,
+        c.intermediate,
+        c.experts,
+        c.top_k,
+        if case.routes_itself() { "computed" } else { "given" },
+        if case.inputs.dy.is_some() { ", with dy" } else { "" },
+        ms(t)
+    ));
+    let s = execute(&case.inputs, &case.config_json, &args.output, &args.common)?;
+    print_summary(&format!("moe-oracle run {}", path.display()), &s, &args.output);
+    Ok(())
+}
+
+fn run_demo(output: &Path, seed: u64, save_case: Option<&Path>, common: &CommonArgs) -> Result<(), CliError> {
+    check_output(output)?;
+    if let Some(c) = save_case {
+        check_output(c)?;
+    }
+    let inputs = demo::demo_inputs(seed);
+    case::validate_inputs(&inputs, ReadOptions::default()).map_err(CliError::Inputs)?;
+    let cfg_json = case::config_json(&inputs.cfg);
+    if let Some(c) = save_case {
+        case::write_case(c, &inputs, FloatDtype::BF16)
+            .map_err(|e| CliError::Write { path: c.to_path_buf(), source: e })?;
+    }
+    let s = execute(&inputs, &cfg_json, output, common)?;
+    let c = &inputs.cfg;
+    print_summary(
+        &format!(
+            "moe-oracle demo (seed {seed}): T={} H={} I={} E={} k={}, softmax routing, bf16-valued inputs",
+            c.tokens, c.hidden, c.intermediate, c.experts, c.top_k
+        ),
+        &s,
+        output,
+    );
+    Ok(())
+}
+
+/// Run a parsed command line.
+pub fn run(cli: Cli) -> Result<(), CliError> {
+    match &cli.command {
+        Command::Run(args) => match (&args.case, args.demo) {
+            (Some(path), false) => run_case(path, args),
+            _ => run_demo(&args.output, 1, None, &args.common),
+        },
+        Command::Demo(args) => run_demo(&args.output, args.seed, args.save_case.as_deref(), &args.common),
+    }
+}
+
+static PANIC_MESSAGE: Mutex<Option<String>> = Mutex::new(None);
+
+fn payload_text(p: &(dyn Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic payload".to_string()
+    }
+}
+
+fn print_error(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "error: {}", one_line(msg));
+}
+
+/// The whole program: parse `args`, run, and return the exit status. Errors (and, as a last resort, panics)
+/// become one `error:` line on stderr and status 2.
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            if !e.use_stderr() {
+                // --help, --version
+                let _ = e.print();
+                return 0;
+            }
+            // clap's message, up to its usage block, on one line.
+            let rendered = e.render().to_string();
+            let text: Vec<&str> = rendered
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .filter(|l| !l.is_empty())
+                .collect();
+            let text = text.join(" ");
+            let text = text.strip_prefix("error:").unwrap_or(&text).trim();
+            print_error(&format!("{text} (see moe-oracle --help)"));
+            return EXIT_ERROR;
+        }
+    };
+
+    // Record a panic's message and place instead of printing it; report it below as one line.
+    std::panic::set_hook(Box::new(|info| {
+        let mut slot = PANIC_MESSAGE.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            let place = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+            *slot = Some(format!("{}{place}", payload_text(info.payload())));
+        }
+    }));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli)));
+    let _ = std::panic::take_hook();
+    match result {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            print_error(&e.to_string());
+            EXIT_ERROR
+        }
+        Err(payload) => {
+            let msg = PANIC_MESSAGE
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .unwrap_or_else(|| payload_text(payload.as_ref()));
+            print_error(&format!("internal error (panic: {msg}); please report this with the case file"));
+            EXIT_ERROR
+        }
+    }
+}
