@@ -10,7 +10,7 @@
 //! Writing goes to a temporary file in the destination's directory that is renamed over the destination
 //! only when complete, so a failure never leaves a partial file.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::{BufWriter, Read, Write};
 use std::path::Path;
 
@@ -89,9 +89,7 @@ impl FloatDtype {
 /// Read and validate a case file.
 pub fn read_case(path: &Path, opts: ReadOptions) -> Result<Case, CaseError> {
     let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(|e| CaseError::io(path, e))?;
+    std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(|e| CaseError::io(path, e))?;
     parse_case(&bytes, opts)
 }
 
@@ -114,9 +112,7 @@ pub fn parse_case(bytes: &[u8], opts: ReadOptions) -> Result<Case, CaseError> {
         meta.metadata().as_ref().map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
     match metadata.get(KEY_FORMAT) {
         None => {
-            return Err(CaseError::Metadata(format!(
-                "missing `{KEY_FORMAT}` in __metadata__ (not a MoE case file?)"
-            )))
+            return Err(CaseError::Metadata(format!("missing `{KEY_FORMAT}` in __metadata__ (not a MoE case file?)")))
         }
         Some(v) if v != FORMAT => {
             return Err(CaseError::Metadata(format!(
@@ -135,7 +131,8 @@ pub fn parse_case(bytes: &[u8], opts: ReadOptions) -> Result<Case, CaseError> {
     // Which tensors are needed, their dtypes and shapes: all from the header, before converting anything.
     let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
     let info = |name: &str| meta.info(name);
-    let given = decide_mode(&cfg, info("topk_ids").is_some(), info("topk_weights").is_some(), info("router.weight").is_some())?;
+    let given =
+        decide_mode(&cfg, info("topk_ids").is_some(), info("topk_weights").is_some(), info("router.weight").is_some())?;
 
     let specs: [(&'static str, Kind, Vec<usize>, bool); 8] = [
         ("x", Kind::Float, vec![t, h], true),
@@ -223,9 +220,9 @@ fn parse_framing(bytes: &[u8]) -> Result<(usize, Metadata), CaseError> {
             let have = len - 8 - n;
             let need = declared_data_len(&bytes[8..8 + n]);
             match need {
-                Some(need) if need > have => Err(CaseError::Truncated(format!(
-                    "tensor data needs {need} bytes, file has {have}"
-                ))),
+                Some(need) if need > have => {
+                    Err(CaseError::Truncated(format!("tensor data needs {need} bytes, file has {have}")))
+                }
                 Some(need) => Err(CaseError::Malformed(format!(
                     "{} bytes after the last tensor's data (tensors cover {need} of {have})",
                     have - need
@@ -253,8 +250,9 @@ fn declared_data_len(header: &[u8]) -> Option<usize> {
 
 /// Parse `moe.config` JSON, validate it and check the size it implies.
 pub fn parse_config(json: &str) -> Result<MoeConfig, CaseError> {
-    let cfg: MoeConfig = serde_json::from_str(json)
-        .map_err(|e| CaseError::Metadata(format!("`{KEY_CONFIG}` is not a valid config: {}", one_line(&e.to_string()))))?;
+    let cfg: MoeConfig = serde_json::from_str(json).map_err(|e| {
+        CaseError::Metadata(format!("`{KEY_CONFIG}` is not a valid config: {}", one_line(&e.to_string())))
+    })?;
     cfg.validate()?;
     check_size(&cfg)?;
     Ok(cfg)
@@ -614,14 +612,24 @@ pub fn write_tensors(
     for &ix in &order {
         let (name, t) = &tensors[ix];
         let n = t.byte_len();
-        infos.push((name.clone(), TensorInfo { dtype: t.dtype(), shape: t.shape().to_vec(), data_offsets: (offset, offset + n) }));
+        infos.push((
+            name.clone(),
+            TensorInfo { dtype: t.dtype(), shape: t.shape().to_vec(), data_offsets: (offset, offset + n) },
+        ));
         offset += n;
     }
-    let meta_map: HashMap<String, String> = metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let header = Metadata::new(Some(meta_map), infos)
-        .map_err(|e| CaseError::Unwritable { name: "(header)".into(), why: one_line(&e.to_string()) })?;
-    let mut header = serde_json::to_vec(&header)
-        .map_err(|e| CaseError::Unwritable { name: "(header)".into(), why: one_line(&e.to_string()) })?;
+    let header_err =
+        |e: &dyn std::fmt::Display| CaseError::Unwritable { name: "(header)".into(), why: one_line(&e.to_string()) };
+    // The header as JSON with sorted keys, so equal contents give identical files. (safetensors' own
+    // `Metadata` serialises `__metadata__` from a HashMap, in random order.)
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".into(), serde_json::to_value(metadata).map_err(|e| header_err(&e))?);
+    for (name, info) in &infos {
+        header.insert(name.clone(), serde_json::to_value(info).map_err(|e| header_err(&e))?);
+    }
+    // Check it the way readers will (offsets contiguous, sizes consistent, no overflow).
+    Metadata::new(None, infos).map_err(|e| header_err(&e))?;
+    let mut header = serde_json::to_vec(&header).map_err(|e| header_err(&e))?;
     header.resize(header.len().next_multiple_of(8), b' ');
 
     let dir = match path.parent() {
@@ -638,9 +646,7 @@ pub fn write_tensors(
         use std::os::unix::fs::PermissionsExt;
         builder.permissions(std::fs::Permissions::from_mode(0o666));
     }
-    let tmp = builder
-        .tempfile_in(dir)
-        .map_err(|e| CaseError::io(dir, e))?;
+    let tmp = builder.tempfile_in(dir).map_err(|e| CaseError::io(dir, e))?;
     {
         let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
         let res = (|| {

@@ -22,9 +22,9 @@ use moe_reference::gemm::Engine;
 use moe_reference::{layer, LayerInputs, Options};
 
 use crate::case::{self, FloatDtype, ReadOptions};
-use crate::error::CaseError;
 use crate::demo;
 use crate::error::one_line;
+use crate::error::CaseError;
 
 /// Exit status of every failure.
 pub const EXIT_ERROR: i32 = 2;
@@ -339,6 +339,12 @@ where
         }
     };
 
+    guarded(|| run(cli))
+}
+
+/// Run `f`; an error becomes one `error:` line and status 2, and so does a panic (reported as an internal
+/// error with its message and place, instead of Rust's multi-line panic report).
+pub fn guarded<F: FnOnce() -> Result<(), CliError>>(f: F) -> i32 {
     // Record a panic's message and place instead of printing it; report it below as one line.
     std::panic::set_hook(Box::new(|info| {
         let mut slot = PANIC_MESSAGE.lock().unwrap_or_else(|p| p.into_inner());
@@ -347,7 +353,7 @@ where
             *slot = Some(format!("{}{place}", payload_text(info.payload())));
         }
     }));
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli)));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     let _ = std::panic::take_hook();
     match result {
         Ok(Ok(())) => 0,
@@ -364,5 +370,27 @@ where
             print_error(&format!("internal error (panic: {msg}); please report this with the case file"));
             EXIT_ERROR
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panics_become_exit_2() {
+        assert_eq!(guarded(|| Ok(())), 0);
+        assert_eq!(guarded(|| panic!("boom")), EXIT_ERROR);
+        // A panic inside a rayon worker reaches the caller too.
+        assert_eq!(
+            guarded(|| {
+                use rayon::prelude::*;
+                (0..64).into_par_iter().for_each(|i| assert!(i != 37, "worker {i}"));
+                Ok(())
+            }),
+            EXIT_ERROR
+        );
+        let e = CliError::Output { path: "a/b".into(), why: "x".into() };
+        assert_eq!(guarded(move || Err(e)), EXIT_ERROR);
     }
 }

@@ -236,9 +236,27 @@ fn outputs_have_format_names_and_metadata() {
     let mut names: Vec<&str> = st.names();
     names.sort();
     let mut want = vec![
-        "y", "grad.x", "grad.w13", "grad.w2", "grad.topk_weights", "grad.router.weight", "topk_ids",
-        "topk_weights", "fwd.row_token", "fwd.row_slot", "fwd.expert_offsets", "fwd.h", "fwd.a", "fwd.o",
-        "fwd.logits", "fwd.scores", "bwd.do", "bwd.da", "bwd.dh", "bwd.dx_rows", "bwd.dlogits",
+        "y",
+        "grad.x",
+        "grad.w13",
+        "grad.w2",
+        "grad.topk_weights",
+        "grad.router.weight",
+        "topk_ids",
+        "topk_weights",
+        "fwd.row_token",
+        "fwd.row_slot",
+        "fwd.expert_offsets",
+        "fwd.h",
+        "fwd.a",
+        "fwd.o",
+        "fwd.logits",
+        "fwd.scores",
+        "bwd.do",
+        "bwd.da",
+        "bwd.dh",
+        "bwd.dx_rows",
+        "bwd.dlogits",
     ];
     want.sort();
     assert_eq!(names, want);
