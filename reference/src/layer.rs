@@ -81,6 +81,17 @@ pub struct Backward {
     pub dx_rows: Array2<f64>,
 }
 
+/// Time a stage when `MOE_ORACLE_TIMING` is set (stderr), so a slow oracle run can be explained.
+fn timed<T>(name: &str, f: impl FnOnce() -> T) -> T {
+    if std::env::var_os("MOE_ORACLE_TIMING").is_none() {
+        return f();
+    }
+    let t = std::time::Instant::now();
+    let out = f();
+    eprintln!("[moe-oracle] {name:<22} {:8.3} s", t.elapsed().as_secs_f64());
+    out
+}
+
 /// Run `f` for every expert, rank by rank, in parallel; stitch the per-expert row blocks back together
 /// in expert-major order.
 fn per_expert_rows<F>(rows: &RowMap, ranks: &RankLayout, width: usize, f: F) -> Array2<f64>
@@ -131,19 +142,19 @@ pub fn forward(inp: &LayerInputs, opt: Options) -> Forward {
     let ranks = rows.ranks(cfg.ep_ranks);
     let x_rows = rows.gather(inp.x.view());
 
-    let h = per_expert_rows(&rows, &ranks, 2 * idim, |e| {
+    let h = timed("fwd.h (GEMM1)", || per_expert_rows(&rows, &ranks, 2 * idim, |e| {
         mm(x_rows.slice(s![rows.expert_rows(e), ..]), inp.w13.index_axis(Axis(0), e))
-    });
+    }));
     let mut a = Array2::zeros((rows.rows(), idim));
     a.axis_iter_mut(Axis(0)).into_par_iter().zip(h.axis_iter(Axis(0))).for_each(|(mut ar, hr)| {
         for i in 0..idim {
             ar[i] = act::forward(cfg.activation, hr[i], hr[idim + i]);
         }
     });
-    let o = per_expert_rows(&rows, &ranks, hdim, |e| {
+    let o = timed("fwd.o (GEMM2)", || per_expert_rows(&rows, &ranks, hdim, |e| {
         mm(a.slice(s![rows.expert_rows(e), ..]), inp.w2.index_axis(Axis(0), e))
-    });
-    let y = rows.combine(o.view(), topk_weights.view());
+    }));
+    let y = timed("y (combine)", || rows.combine(o.view(), topk_weights.view()));
     Forward { y, topk_ids, topk_weights, routed, logits, rows, ranks, h, a, o }
 }
 
@@ -154,14 +165,14 @@ pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Opti
     let rows = &fwd.rows;
     let ranks = &fwd.ranks;
 
-    let grad_topk_weights = rows.slot_dots(dy, fwd.o.view());
+    let grad_topk_weights = timed("grad.topk_weights", || rows.slot_dots(dy, fwd.o.view()));
     let do_ = rows.dispatch_weighted(dy, fwd.topk_weights.view());
 
     // da = do · w2[e]  (w2[e] is [H, I]; contract over H)
-    let da = per_expert_rows(rows, ranks, idim, |e| {
+    let da = timed("bwd.da (GEMM2 dgrad)", || per_expert_rows(rows, ranks, idim, |e| {
         let w2t = inp.w2.index_axis(Axis(0), e).t().as_standard_layout().into_owned();
         mm(do_.slice(s![rows.expert_rows(e), ..]), w2t.view())
-    });
+    }));
     let mut dh = Array2::zeros((rows.rows(), 2 * idim));
     dh.axis_iter_mut(Axis(0))
         .into_par_iter()
@@ -175,24 +186,24 @@ pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Opti
             }
         });
     // grad.w2[e] = do_eᵀ · a_e  (contract over the expert's rows)
-    let grad_w2 = per_expert_weights(ranks, (e_n, hdim, idim), |e| {
+    let grad_w2 = timed("grad.w2", || per_expert_weights(ranks, (e_n, hdim, idim), |e| {
         let r = rows.expert_rows(e);
         let dot = do_.slice(s![r.clone(), ..]).t().as_standard_layout().into_owned();
         let at = fwd.a.slice(s![r, ..]).t().as_standard_layout().into_owned();
         mm(dot.view(), at.view())
-    });
+    }));
     // dx_rows = dh · w13[e]  (w13[e] is [2I, H]; contract over 2I)
-    let dx_rows = per_expert_rows(rows, ranks, hdim, |e| {
+    let dx_rows = timed("bwd.dx_rows", || per_expert_rows(rows, ranks, hdim, |e| {
         let w13t = inp.w13.index_axis(Axis(0), e).t().as_standard_layout().into_owned();
         mm(dh.slice(s![rows.expert_rows(e), ..]), w13t.view())
-    });
+    }));
     // grad.w13[e] = dh_eᵀ · x_rows_e
-    let grad_w13 = per_expert_weights(ranks, (e_n, 2 * idim, hdim), |e| {
+    let grad_w13 = timed("grad.w13", || per_expert_weights(ranks, (e_n, 2 * idim, hdim), |e| {
         let r = rows.expert_rows(e);
         let dht = dh.slice(s![r.clone(), ..]).t().as_standard_layout().into_owned();
         let xt = Array2::from_shape_fn((hdim, r.len()), |(c, j)| inp.x[[rows.row_token[r.start + j], c]]);
         mm(dht.view(), xt.view())
-    });
+    }));
 
     // grad.x = Σ_j dx_rows[row(t, j)]  (+ dlogits · R when the layer routed itself), one rounding.
     let k = cfg.top_k;
@@ -207,10 +218,10 @@ pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Opti
         (Some(routed), Some(rcfg), Some(rw)) => {
             let dl = route::backward(rcfg, routed, grad_topk_weights.view());
             let rwt = rw.t().as_standard_layout().into_owned(); // [H, E]
-            let gx = gemm::matmul_nt_plus(opt.engine, dl.view(), rwt.view(), Some(&undispatch));
+            let gx = timed("grad.x", || gemm::matmul_nt_plus(opt.engine, dl.view(), rwt.view(), Some(&undispatch)));
             let dlt = dl.t().as_standard_layout().into_owned(); // [E, T]
             let xt = inp.x.t().as_standard_layout().into_owned(); // [H, T]
-            let grw = mm(dlt.view(), xt.view());
+            let grw = timed("grad.router.weight", || mm(dlt.view(), xt.view()));
             (gx, Some(dl), Some(grw))
         }
         _ => {

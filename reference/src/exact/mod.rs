@@ -10,10 +10,32 @@ mod accumulator;
 mod fsum;
 
 pub use accumulator::ExactSum;
-pub(crate) use accumulator::{decompose, pow2};
+pub(crate) use accumulator::pow2;
 pub use fsum::SmallSum;
 
 use std::cell::RefCell;
+
+/// What both exact accumulators offer, so code that feeds terms can serve either.
+pub trait Accumulate {
+    fn add(&mut self, x: f64);
+    fn add_product(&mut self, a: f64, b: f64);
+}
+impl Accumulate for ExactSum {
+    fn add(&mut self, x: f64) {
+        ExactSum::add(self, x)
+    }
+    fn add_product(&mut self, a: f64, b: f64) {
+        ExactSum::add_product(self, a, b)
+    }
+}
+impl Accumulate for SmallSum {
+    fn add(&mut self, x: f64) {
+        SmallSum::add(self, x)
+    }
+    fn add_product(&mut self, a: f64, b: f64) {
+        SmallSum::add_product(self, a, b)
+    }
+}
 
 thread_local! {
     static ACC: RefCell<ExactSum> = RefCell::new(ExactSum::new());

@@ -6,66 +6,102 @@
 //! remainder after slice `i` is at most half a unit). An element is captured exactly by `n` slices iff its
 //! lowest set bit is at or above `2^(emax + 1 - n·s)`, i.e. its *need* `emax + 1 - lsb` is at most `n·s`.
 //! What is left after `n` slices is the element's *tail*; tails are handled exactly on the side.
+//!
+//! This runs once per operand per GEMM, and for the small per-expert GEMMs of an MoE layer it costs as much
+//! as the GEMM itself, so the loops are written to vectorise (bit tricks, no branches per element).
 
 use ndarray::ArrayView2;
 
-use crate::exact::{decompose, pow2};
+use crate::exact::pow2;
 
 /// Needs are counted exactly up to this many bits; anything wider is lumped into the last bin.
 pub(super) const NEED_CAP: usize = 320;
+/// The planner's histograms look at no more than this many rows (evenly spread): plans only steer speed.
+const SAMPLE_ROWS: usize = 256;
 
-/// Exponent of the leading bit of a finite non-zero f64 (floor(log2|x|)).
+/// Biased exponent field of an f64.
+#[inline(always)]
+fn exp_field(x: f64) -> i32 {
+    ((x.to_bits() >> 52) & 0x7ff) as i32
+}
+
+/// Exponent of the leading bit of a finite non-zero f64 (floor(log2|x|)), subnormals included.
 #[inline]
 pub(super) fn lead_exp(x: f64) -> i32 {
-    let (_, m, e) = decompose(x);
-    e + 63 - m.leading_zeros() as i32
+    let f = exp_field(x);
+    if f != 0 {
+        f - 1023
+    } else {
+        let m = x.to_bits() & ((1u64 << 52) - 1);
+        -1074 + 63 - m.leading_zeros() as i32
+    }
 }
 
 /// Exponent of the lowest set bit of a finite non-zero f64.
-#[inline]
+#[inline(always)]
 fn low_exp(x: f64) -> i32 {
-    let (_, m, e) = decompose(x);
-    e + m.trailing_zeros() as i32
+    let bits = x.to_bits();
+    let f = ((bits >> 52) & 0x7ff) as i32;
+    let m = (bits & ((1u64 << 52) - 1)) | (((f != 0) as u64) << 52);
+    f.max(1) - 1075 + m.trailing_zeros() as i32
 }
 
-/// Per-row facts the planner needs: each row's largest exponent and histograms of how many bits the
-/// elements (and whole rows) need below it.
+/// Largest exponent of each row (None for an all-zero row).
+pub(super) fn row_emax(x: ArrayView2<f64>) -> Vec<Option<i32>> {
+    x.rows()
+        .into_iter()
+        .map(|row| {
+            let row = row.as_slice().expect("standard layout");
+            let f = row.iter().fold(0u64, |m, v| m.max(v.to_bits() & 0x7ff0_0000_0000_0000));
+            if f != 0 {
+                Some((f >> 52) as i32 - 1023)
+            } else {
+                // zero row, or subnormals only
+                row.iter().filter(|v| **v != 0.0).map(|v| lead_exp(*v)).max()
+            }
+        })
+        .collect()
+}
+
+/// What the planner needs: each row's largest exponent and (on a sample of rows) histograms of how many
+/// bits the elements, and whole rows, need below it.
 pub(super) struct RowStats {
-    /// `None` for an all-zero row.
     pub emax: Vec<Option<i32>>,
-    /// `elem_need[b]` = number of elements needing exactly `b` bits (b capped at NEED_CAP).
-    pub elem_need: Vec<u64>,
-    /// `row_need[b]` = number of rows whose widest element needs `b` bits.
-    pub row_need: Vec<u64>,
+    /// Elements (resp. rows) of the sample needing exactly `b` bits, scaled up to the whole matrix.
+    elem_need: Vec<f64>,
+    row_need: Vec<f64>,
 }
 
 impl RowStats {
     pub fn of(x: ArrayView2<f64>) -> RowStats {
-        let mut emax = Vec::with_capacity(x.nrows());
-        let mut elem_need = vec![0u64; NEED_CAP + 1];
-        let mut row_need = vec![0u64; NEED_CAP + 1];
-        for row in x.rows() {
-            let e = row.iter().filter(|v| **v != 0.0).map(|v| lead_exp(*v)).max();
-            emax.push(e);
-            let Some(e) = e else { continue };
+        let emax = row_emax(x);
+        let rows = x.nrows();
+        let step = rows.div_ceil(SAMPLE_ROWS).max(1);
+        let mut elem_need = vec![0.0f64; NEED_CAP + 1];
+        let mut row_need = vec![0.0f64; NEED_CAP + 1];
+        let scale = step as f64;
+        for r in (0..rows).step_by(step) {
+            let Some(e) = emax[r] else { continue };
+            let row = x.row(r);
+            let row = row.as_slice().expect("standard layout");
             let mut widest = 0usize;
-            for &v in row.iter() {
+            for &v in row {
                 if v != 0.0 {
                     let need = ((e + 1 - low_exp(v)) as usize).min(NEED_CAP);
-                    elem_need[need] += 1;
+                    elem_need[need] += scale;
                     widest = widest.max(need);
                 }
             }
-            row_need[widest] += 1;
+            row_need[widest] += scale;
         }
         RowStats { emax, elem_need, row_need }
     }
 
     /// Number of elements (resp. rows) that `bits` bits below the row maximum do not capture.
-    pub fn elems_beyond(&self, bits: usize) -> u64 {
+    pub fn elems_beyond(&self, bits: usize) -> f64 {
         self.elem_need.iter().skip(bits + 1).sum()
     }
-    pub fn rows_beyond(&self, bits: usize) -> u64 {
+    pub fn rows_beyond(&self, bits: usize) -> f64 {
         self.row_need.iter().skip(bits + 1).sum()
     }
     pub fn emax_range(&self) -> Option<(i32, i32)> {
@@ -87,31 +123,33 @@ pub(super) struct Sliced {
 }
 
 impl Sliced {
-    pub fn split(x: ArrayView2<f64>, stats: &RowStats, s: u32, n: usize) -> Sliced {
+    pub fn split(x: ArrayView2<f64>, emax: &[Option<i32>], s: u32, n: usize) -> Sliced {
         let (rows, k) = (x.nrows(), x.ncols());
         let mut ints = vec![0.0f64; n * rows * k];
         let mut unit0 = vec![0i32; rows];
         let mut tails = vec![Vec::new(); rows];
+        let mut rem = vec![0.0f64; k];
         for (r, row) in x.rows().into_iter().enumerate() {
-            let Some(e) = stats.emax[r] else { continue };
+            let Some(e) = emax[r] else { continue };
             let u0 = e + 1 - s as i32;
             unit0[r] = u0;
-            for (c, &v) in row.iter().enumerate() {
-                let mut rem = v;
-                for i in 0..n {
-                    if rem == 0.0 {
-                        break;
-                    }
-                    let u = u0 - (i as i32) * s as i32;
-                    // Round `rem` to the nearest multiple of 2^u: adding 1.5·2^(52+u) puts the
-                    // binary point of the sum exactly at 2^u (|rem| < 2^(u+s) <= 2^(u+51)).
-                    let sigma = 1.5 * pow2(52 + u);
-                    let q = (rem + sigma) - sigma;
-                    rem -= q; // exact: q is rem rounded to a coarser grid
-                    ints[(i * rows + r) * k + c] = q * pow2(-u);
+            rem.copy_from_slice(row.as_slice().expect("standard layout"));
+            for i in 0..n {
+                let u = u0 - (i as i32) * s as i32;
+                // Round to the nearest multiple of 2^u: adding 1.5·2^(52+u) puts the binary point of the
+                // sum exactly at 2^u (|rem| < 2^(u+s) <= 2^(u+51)); the subtraction is then exact.
+                let sigma = 1.5 * pow2(52 + u);
+                let inv = pow2(-u);
+                let out = &mut ints[(i * rows + r) * k..(i * rows + r + 1) * k];
+                for (o, v) in out.iter_mut().zip(rem.iter_mut()) {
+                    let q = (*v + sigma) - sigma;
+                    *v -= q;
+                    *o = q * inv;
                 }
-                if rem != 0.0 {
-                    tails[r].push((c, rem));
+            }
+            for (c, &v) in rem.iter().enumerate() {
+                if v != 0.0 {
+                    tails[r].push((c, v));
                 }
             }
         }

@@ -1,0 +1,134 @@
+//! The oracle's speed target: qwen3-30b-a3b (H 2048, I 768, E 128, k 8, softmax top-k renormalised),
+//! forward + backward in exact mode, bf16-valued inputs, next to the floor of plain f64 GEMMs of the same
+//! FLOPs on this machine.
+//!
+//!     cargo bench -p moe-reference --bench exact_layer                 # 1024 tokens
+//!     cargo bench -p moe-reference --bench exact_layer -- --tokens 256
+//!
+//! Prints the exact time, two floors (the same per-expert GEMM shapes in plain f64, and one square GEMM of
+//! the same FLOPs) and the ratios; and the per-stage split of the exact run.
+
+use std::time::Instant;
+
+use moe_reference::config::{Activation, MoeConfig, Routing, Score};
+use moe_reference::layer::{self, LayerInputs, Options};
+use ndarray::{Array2, Array3};
+
+struct Gen(u64);
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545F4914F6CDD1D)
+    }
+    fn normal(&mut self) -> f64 {
+        let u = ((self.next() >> 11) as f64 / (1u64 << 53) as f64).max(1e-300);
+        let v = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+    fn bf16(&mut self, scale: f64) -> f64 {
+        let b = ((self.normal() * scale) as f32).to_bits();
+        f32::from_bits(b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000) as f64
+    }
+}
+
+fn plain_gemm(m: usize, n: usize, k: usize, a: &[f64], b: &[f64], c: &mut [f64]) {
+    unsafe {
+        gemm::gemm(
+            m, n, k, c.as_mut_ptr(), 1, n as isize, false, a.as_ptr(), 1, k as isize, b.as_ptr(), k as isize, 1, 0.0,
+            1.0, false, false, false, gemm::Parallelism::Rayon(0),
+        );
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let tokens = args
+        .iter()
+        .position(|a| a == "--tokens")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024usize);
+    let (h, i, e, k) = (2048usize, 768usize, 128usize, 8usize);
+    let cfg = MoeConfig {
+        tokens,
+        hidden: h,
+        intermediate: i,
+        experts: e,
+        top_k: k,
+        activation: Activation::Swiglu,
+        routing: Some(Routing { score: Score::Softmax, normalize_topk: true, scaling: 1.0, groups: None }),
+        recipe: "fp32".into(),
+        ep_ranks: 1,
+    };
+    let mut g = Gen(0x5eed);
+    let x = Array2::from_shape_fn((tokens, h), |_| g.bf16(1.0));
+    let w13 = Array3::from_shape_fn((e, 2 * i, h), |_| g.bf16(0.02));
+    let w2 = Array3::from_shape_fn((e, h, i), |_| g.bf16(0.02));
+    let rw = Array2::from_shape_fn((e, h), |_| g.bf16(0.02));
+    let dy = Array2::from_shape_fn((tokens, h), |_| g.bf16(0.01));
+    let inp = LayerInputs {
+        cfg,
+        x,
+        w13,
+        w2,
+        topk_ids: None,
+        topk_weights: None,
+        router_weight: Some(rw),
+        router_bias: None,
+        dy: Some(dy.clone()),
+    };
+    let threads = rayon::current_num_threads();
+    eprintln!("qwen3-30b-a3b layer, {tokens} tokens, exact mode, {threads} threads");
+
+    let t0 = Instant::now();
+    let fwd = layer::forward(&inp, Options::default());
+    let t_fwd = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let bwd = layer::backward(&inp, &fwd, dy.view(), Options::default());
+    let t_bwd = t1.elapsed().as_secs_f64();
+    let exact = t_fwd + t_bwd;
+    std::hint::black_box(&bwd);
+
+    // Floor 1: the same per-expert GEMM shapes in plain f64 (6 per expert, plus the router's 3).
+    let m = fwd.rows.rows();
+    let flops = 2.0 * (m as f64) * (3 * h * i) as f64 * 3.0 + 3.0 * 2.0 * (tokens * h * e) as f64;
+    let t2 = Instant::now();
+    for ex in 0..e {
+        let me = fwd.rows.expert_rows(ex).len();
+        if me == 0 {
+            continue;
+        }
+        let shapes = [(me, 2 * i, h), (me, h, i), (me, i, h), (h, i, me), (me, h, 2 * i), (2 * i, h, me)];
+        for (mm, nn, kk) in shapes {
+            let a = vec![1.0f64; mm * kk];
+            let b = vec![1.0f64; nn * kk];
+            let mut c = vec![0.0f64; mm * nn];
+            plain_gemm(mm, nn, kk, &a, &b, &mut c);
+            std::hint::black_box(&c);
+        }
+    }
+    for (mm, nn, kk) in [(tokens, e, h), (tokens, h, e), (e, h, tokens)] {
+        let a = vec![1.0f64; mm * kk];
+        let b = vec![1.0f64; nn * kk];
+        let mut c = vec![0.0f64; mm * nn];
+        plain_gemm(mm, nn, kk, &a, &b, &mut c);
+    }
+    let floor_shapes = t2.elapsed().as_secs_f64();
+    // Floor 2: one square GEMM of the same FLOPs.
+    let n = ((flops / 2.0).cbrt()) as usize;
+    let a = vec![1.0f64; n * n];
+    let b = vec![1.0f64; n * n];
+    let mut c = vec![0.0f64; n * n];
+    let t3 = Instant::now();
+    plain_gemm(n, n, n, &a, &b, &mut c);
+    let floor_square = t3.elapsed().as_secs_f64();
+
+    println!("tokens {tokens}  rows {m}  GFLOP {:.1}", flops / 1e9);
+    println!("exact forward        {t_fwd:8.2} s");
+    println!("exact backward       {t_bwd:8.2} s");
+    println!("exact fwd+bwd        {exact:8.2} s   ({:.1} GFLOP/s effective)", flops / exact / 1e9);
+    println!("floor: same shapes   {floor_shapes:8.2} s   ratio {:.2}x", exact / floor_shapes);
+    println!("floor: square {n}^3 {floor_square:8.2} s   ratio {:.2}x", exact / floor_square);
+}
