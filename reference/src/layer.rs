@@ -13,7 +13,7 @@
 //! Every GEMM entry and reduction is exact-then-rounded ([`crate::gemm`], [`crate::exact`]); experts are
 //! processed rank by rank (`ep_ranks`), in parallel, and none of that changes a bit of the result.
 
-use ndarray::{s, Array1, Array2, Array3, ArrayView2, Axis};
+use ndarray::{s, Array1, Array2, Array3, ArrayView2, ArrayViewMut2, Axis};
 use rayon::prelude::*;
 
 use crate::act;
@@ -92,46 +92,47 @@ fn timed<T>(name: &str, f: impl FnOnce() -> T) -> T {
     out
 }
 
-/// Run `f` for every expert, rank by rank, in parallel; stitch the per-expert row blocks back together
-/// in expert-major order.
+/// Run `f(e, rows_of_e)` for every expert, rank by rank, in parallel, each writing its block of rows of
+/// an [M, width] array in expert-major order.
 fn per_expert_rows<F>(rows: &RowMap, ranks: &RankLayout, width: usize, f: F) -> Array2<f64>
 where
-    F: Fn(usize) -> Array2<f64> + Sync,
+    F: Fn(usize, ArrayViewMut2<f64>) + Sync,
 {
-    let experts: Vec<usize> = ranks.ranks.iter().flat_map(|r| r.experts.clone()).collect();
-    let blocks: Vec<Array2<f64>> = experts.par_iter().map(|&e| f(e)).collect();
     let mut out = Array2::zeros((rows.rows(), width));
-    for (&e, block) in experts.iter().zip(blocks) {
-        out.slice_mut(s![rows.expert_rows(e), ..]).assign(&block);
+    let mut blocks = Vec::with_capacity(rows.experts);
+    let mut rest = out.view_mut();
+    for e in ranks.ranks.iter().flat_map(|r| r.experts.clone()) {
+        let (block, tail) = rest.split_at(Axis(0), rows.expert_rows(e).len());
+        blocks.push((e, block));
+        rest = tail;
     }
+    blocks.into_par_iter().for_each(|(e, block)| f(e, block));
     out
 }
 
-/// Same for per-expert weight gradients [E, p, q].
-fn per_expert_weights<F>(ranks: &RankLayout, shape: (usize, usize, usize), f: F) -> Array3<f64>
+/// Run `f(e, grad_of_e)` for every expert in parallel, each writing its [p, q] slice of an [E, p, q] array.
+fn per_expert_weights<F>(shape: (usize, usize, usize), f: F) -> Array3<f64>
 where
-    F: Fn(usize) -> Array2<f64> + Sync,
+    F: Fn(usize, ArrayViewMut2<f64>) + Sync,
 {
-    let experts: Vec<usize> = ranks.ranks.iter().flat_map(|r| r.experts.clone()).collect();
-    let blocks: Vec<Array2<f64>> = experts.par_iter().map(|&e| f(e)).collect();
     let mut out = Array3::zeros(shape);
-    for (&e, block) in experts.iter().zip(blocks) {
-        out.index_axis_mut(Axis(0), e).assign(&block);
-    }
+    out.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each(|(e, g)| f(e, g));
     out
 }
 
 pub fn forward(inp: &LayerInputs, opt: Options) -> Forward {
     let cfg = &inp.cfg;
     let (hdim, idim) = (cfg.hidden, cfg.intermediate);
-    let mm = |a: ArrayView2<f64>, b: ArrayView2<f64>| gemm::matmul_nt_with(opt.engine, a, b);
+    let mm = |a: ArrayView2<f64>, b: ArrayView2<f64>, out: ArrayViewMut2<f64>| {
+        gemm::matmul_nt_into(opt.engine, a, b, None, out)
+    };
 
     let (routed, logits, topk_ids, topk_weights) = match (&inp.topk_ids, &inp.topk_weights) {
         (Some(ids), Some(w)) => (None, None, ids.clone(), w.clone()),
         _ => {
             let r = cfg.routing.as_ref().expect("validated: routing config present when topk is not given");
             let rw = inp.router_weight.as_ref().expect("validated: router.weight present");
-            let logits = mm(inp.x.view(), rw.view());
+            let logits = gemm::matmul_nt_with(opt.engine, inp.x.view(), rw.view());
             let routed = route::forward(r, cfg.top_k, logits.view(), inp.router_bias.as_ref().map(|b| b.view()));
             let (ids, w) = (routed.topk_ids.clone(), routed.topk_weights.clone());
             (Some(routed), Some(logits), ids, w)
@@ -142,18 +143,22 @@ pub fn forward(inp: &LayerInputs, opt: Options) -> Forward {
     let ranks = rows.ranks(cfg.ep_ranks);
     let x_rows = rows.gather(inp.x.view());
 
-    let h = timed("fwd.h (GEMM1)", || per_expert_rows(&rows, &ranks, 2 * idim, |e| {
-        mm(x_rows.slice(s![rows.expert_rows(e), ..]), inp.w13.index_axis(Axis(0), e))
-    }));
+    let h = timed("fwd.h (GEMM1)", || {
+        per_expert_rows(&rows, &ranks, 2 * idim, |e, out| {
+            mm(x_rows.slice(s![rows.expert_rows(e), ..]), inp.w13.index_axis(Axis(0), e), out)
+        })
+    });
     let mut a = Array2::zeros((rows.rows(), idim));
     a.axis_iter_mut(Axis(0)).into_par_iter().zip(h.axis_iter(Axis(0))).for_each(|(mut ar, hr)| {
         for i in 0..idim {
             ar[i] = act::forward(cfg.activation, hr[i], hr[idim + i]);
         }
     });
-    let o = timed("fwd.o (GEMM2)", || per_expert_rows(&rows, &ranks, hdim, |e| {
-        mm(a.slice(s![rows.expert_rows(e), ..]), inp.w2.index_axis(Axis(0), e))
-    }));
+    let o = timed("fwd.o (GEMM2)", || {
+        per_expert_rows(&rows, &ranks, hdim, |e, out| {
+            mm(a.slice(s![rows.expert_rows(e), ..]), inp.w2.index_axis(Axis(0), e), out)
+        })
+    });
     let y = timed("y (combine)", || rows.combine(o.view(), topk_weights.view()));
     Forward { y, topk_ids, topk_weights, routed, logits, rows, ranks, h, a, o }
 }
@@ -161,7 +166,9 @@ pub fn forward(inp: &LayerInputs, opt: Options) -> Forward {
 pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Options) -> Backward {
     let cfg = &inp.cfg;
     let (hdim, idim, e_n) = (cfg.hidden, cfg.intermediate, cfg.experts);
-    let mm = |a: ArrayView2<f64>, b: ArrayView2<f64>| gemm::matmul_nt_with(opt.engine, a, b);
+    let mm = |a: ArrayView2<f64>, b: ArrayView2<f64>, out: ArrayViewMut2<f64>| {
+        gemm::matmul_nt_into(opt.engine, a, b, None, out)
+    };
     let rows = &fwd.rows;
     let ranks = &fwd.ranks;
 
@@ -169,10 +176,11 @@ pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Opti
     let do_ = rows.dispatch_weighted(dy, fwd.topk_weights.view());
 
     // da = do · w2[e]  (w2[e] is [H, I]; contract over H)
-    let da = timed("bwd.da (GEMM2 dgrad)", || per_expert_rows(rows, ranks, idim, |e| {
-        let w2t = inp.w2.index_axis(Axis(0), e).t().as_standard_layout().into_owned();
-        mm(do_.slice(s![rows.expert_rows(e), ..]), w2t.view())
-    }));
+    let da = timed("bwd.da (GEMM2 dgrad)", || {
+        per_expert_rows(rows, ranks, idim, |e, out| {
+            mm(do_.slice(s![rows.expert_rows(e), ..]), inp.w2.index_axis(Axis(0), e).t(), out)
+        })
+    });
     let mut dh = Array2::zeros((rows.rows(), 2 * idim));
     dh.axis_iter_mut(Axis(0))
         .into_par_iter()
@@ -186,24 +194,26 @@ pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Opti
             }
         });
     // grad.w2[e] = do_eᵀ · a_e  (contract over the expert's rows)
-    let grad_w2 = timed("grad.w2", || per_expert_weights(ranks, (e_n, hdim, idim), |e| {
-        let r = rows.expert_rows(e);
-        let dot = do_.slice(s![r.clone(), ..]).t().as_standard_layout().into_owned();
-        let at = fwd.a.slice(s![r, ..]).t().as_standard_layout().into_owned();
-        mm(dot.view(), at.view())
-    }));
+    let grad_w2 = timed("grad.w2", || {
+        per_expert_weights((e_n, hdim, idim), |e, out| {
+            let r = rows.expert_rows(e);
+            mm(do_.slice(s![r.clone(), ..]).t(), fwd.a.slice(s![r, ..]).t(), out)
+        })
+    });
     // dx_rows = dh · w13[e]  (w13[e] is [2I, H]; contract over 2I)
-    let dx_rows = timed("bwd.dx_rows", || per_expert_rows(rows, ranks, hdim, |e| {
-        let w13t = inp.w13.index_axis(Axis(0), e).t().as_standard_layout().into_owned();
-        mm(dh.slice(s![rows.expert_rows(e), ..]), w13t.view())
-    }));
+    let dx_rows = timed("bwd.dx_rows", || {
+        per_expert_rows(rows, ranks, hdim, |e, out| {
+            mm(dh.slice(s![rows.expert_rows(e), ..]), inp.w13.index_axis(Axis(0), e).t(), out)
+        })
+    });
     // grad.w13[e] = dh_eᵀ · x_rows_e
-    let grad_w13 = timed("grad.w13", || per_expert_weights(ranks, (e_n, 2 * idim, hdim), |e| {
-        let r = rows.expert_rows(e);
-        let dht = dh.slice(s![r.clone(), ..]).t().as_standard_layout().into_owned();
-        let xt = Array2::from_shape_fn((hdim, r.len()), |(c, j)| inp.x[[rows.row_token[r.start + j], c]]);
-        mm(dht.view(), xt.view())
-    }));
+    let grad_w13 = timed("grad.w13", || {
+        per_expert_weights((e_n, 2 * idim, hdim), |e, out| {
+            let r = rows.expert_rows(e);
+            let xt = Array2::from_shape_fn((hdim, r.len()), |(c, j)| inp.x[[rows.row_token[r.start + j], c]]);
+            mm(dh.slice(s![r, ..]).t(), xt.view(), out)
+        })
+    });
 
     // grad.x = Σ_j dx_rows[row(t, j)]  (+ dlogits · R when the layer routed itself), one rounding.
     let k = cfg.top_k;
@@ -217,11 +227,8 @@ pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Opti
     let (grad_x, dlogits, grad_router_weight) = match (&fwd.routed, &cfg.routing, &inp.router_weight) {
         (Some(routed), Some(rcfg), Some(rw)) => {
             let dl = route::backward(rcfg, routed, grad_topk_weights.view());
-            let rwt = rw.t().as_standard_layout().into_owned(); // [H, E]
-            let gx = timed("grad.x", || gemm::matmul_nt_plus(opt.engine, dl.view(), rwt.view(), Some(&undispatch)));
-            let dlt = dl.t().as_standard_layout().into_owned(); // [E, T]
-            let xt = inp.x.t().as_standard_layout().into_owned(); // [H, T]
-            let grw = timed("grad.router.weight", || mm(dlt.view(), xt.view()));
+            let gx = timed("grad.x", || gemm::matmul_nt_plus(opt.engine, dl.view(), rw.t(), Some(&undispatch)));
+            let grw = timed("grad.router.weight", || gemm::matmul_nt_with(opt.engine, dl.t(), inp.x.t()));
             (gx, Some(dl), Some(grw))
         }
         _ => {

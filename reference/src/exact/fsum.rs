@@ -5,21 +5,33 @@
 //! Exact as long as no intermediate overflows (|partials| < 2^1023); callers keep magnitudes far below that
 //! and tests compare it with `ExactSum`.
 
+/// Non-overlapping partials of finite f64 sums never number more than about 2098/53 + 1 = 41 (each covers
+/// a disjoint stretch of the exponent range), so they live inline: no heap, no bounds to grow.
+const MAX_PARTIALS: usize = 48;
+
 /// Accumulates exactly; `round` gives the correctly rounded (nearest, ties to even) sum.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SmallSum {
-    /// Non-overlapping, increasing in magnitude.
-    partials: Vec<f64>,
+    /// `partials[..len]`: non-overlapping, increasing in magnitude.
+    partials: [f64; MAX_PARTIALS],
+    len: usize,
     special: f64,
+}
+
+impl Default for SmallSum {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl SmallSum {
     pub fn new() -> Self {
-        SmallSum { partials: Vec::with_capacity(8), special: 0.0 }
+        SmallSum { partials: [0.0; MAX_PARTIALS], len: 0, special: 0.0 }
     }
 
+    #[inline]
     pub fn clear(&mut self) {
-        self.partials.clear();
+        self.len = 0;
         self.special = 0.0;
     }
 
@@ -34,7 +46,7 @@ impl SmallSum {
         }
         let mut x = x;
         let mut i = 0;
-        for j in 0..self.partials.len() {
+        for j in 0..self.len {
             let y = self.partials[j];
             // Two-sum (branch-free form, valid for any order of magnitudes).
             let s = x + y;
@@ -47,8 +59,8 @@ impl SmallSum {
             }
             x = s;
         }
-        self.partials.truncate(i);
-        self.partials.push(x);
+        self.partials[i] = x;
+        self.len = i + 1;
     }
 
     /// Add the exact product `a*b` (as the f64 product plus its FMA-exact error term).
@@ -72,7 +84,7 @@ impl SmallSum {
         if self.special != 0.0 || self.special.is_nan() {
             return self.special;
         }
-        let p = &self.partials;
+        let p = &self.partials[..self.len];
         let mut n = p.len();
         if n == 0 {
             return 0.0;

@@ -10,10 +10,11 @@
 //!   the chosen slices are handled exactly on the side. Runs at a fraction of f64 BLAS speed.
 
 mod ozaki;
+mod scratch;
 mod slicing;
 mod slow;
 
-use ndarray::{Array2, ArrayView2};
+use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
 pub use ozaki::{plan_for, OzakiPlan};
 
@@ -43,18 +44,44 @@ pub type Extra<'a> = &'a (dyn Fn(usize, usize, &mut Vec<(f64, f64)>) + Sync);
 /// `C[m, n] = round(Σ_k A[m, k]·B[n, k] + Σ extra(m, n))`: a GEMM and further exact terms in one rounding
 /// (how `grad.x` adds the un-dispatch sum to the router's contribution).
 pub fn matmul_nt_plus(engine: Engine, a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Extra>) -> Array2<f64> {
+    let mut c = Array2::zeros((a.nrows(), b.nrows()));
+    matmul_nt_into(engine, a, b, extra, c.view_mut());
+    c
+}
+
+/// [`matmul_nt_plus`] writing into `out` ([M, N], rows contiguous), so callers can place per-expert
+/// results straight into the layer's arrays. Operands in any layout; non-contiguous ones are copied into
+/// reused scratch memory.
+pub fn matmul_nt_into(engine: Engine, a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Extra>, out: ArrayViewMut2<f64>) {
     assert_eq!(a.ncols(), b.ncols(), "contraction lengths differ");
+    assert_eq!(out.dim(), (a.nrows(), b.nrows()), "output shape");
     let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
     if m == 0 || n == 0 {
-        return Array2::zeros((m, n));
+        return;
     }
-    let a = a.as_standard_layout();
-    let b = b.as_standard_layout();
-    if k == 0 {
-        return slow::matmul_nt(a.view(), b.view(), extra);
+    with_contiguous(a, |a| {
+        with_contiguous(b, |b| {
+            if k == 0 {
+                return slow::matmul_nt(a, b, extra, out);
+            }
+            match engine {
+                Engine::Reference => slow::matmul_nt(a, b, extra, out),
+                Engine::Ozaki => ozaki::matmul_nt(a, b, extra, out),
+            }
+        })
+    })
+}
+
+/// Run `f` on a row-major view of `x` (copied into scratch memory when `x` is not already one).
+fn with_contiguous<R>(x: ArrayView2<f64>, f: impl FnOnce(ArrayView2<f64>) -> R) -> R {
+    if x.is_standard_layout() {
+        return f(x);
     }
-    match engine {
-        Engine::Reference => slow::matmul_nt(a.view(), b.view(), extra),
-        Engine::Ozaki => ozaki::matmul_nt(a.view(), b.view(), extra),
+    let mut buf = scratch::take(x.len());
+    for (dst, src) in buf.iter_mut().zip(x.iter()) {
+        *dst = *src;
     }
+    let r = f(ArrayView2::from_shape(x.dim(), &buf).expect("shape matches length"));
+    scratch::give(buf);
+    r
 }

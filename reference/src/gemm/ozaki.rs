@@ -11,12 +11,12 @@
 //! trading slice GEMMs against tail work; bf16-valued operands usually need a single slice.
 
 use gemm::Parallelism;
-use ndarray::{Array2, ArrayView2, Axis};
+use ndarray::{ArrayView2, ArrayViewMut2, Axis};
 use rayon::prelude::*;
 
 use super::slicing::{RowStats, Sliced, NEED_CAP};
 use super::Extra;
-use crate::exact::{pow2, product_is_safe, Accumulate, ExactSum, SmallSum};
+use crate::exact::{product_is_safe, Accumulate, ExactSum, SmallSum};
 
 /// The slicing chosen for one GEMM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,14 +33,9 @@ const MAX_SLICES: usize = 8;
 const COST_SLOW_ENTRY: f64 = 600.0;
 const COST_TAIL_PRODUCT: f64 = 60.0;
 const COST_COMBINE_TERM: f64 = 40.0;
+/// An entry of one to three terms is combined with a few flops (`sum3_rounded`).
+const COST_COMBINE_FAST: f64 = 4.0;
 
-/// The slice products of one entry, shifted onto the smallest unit, must fit an i128:
-/// `53 + (n_a-1)·s_a + (n_b-1)·s_b + ceil(log2(n_a·n_b)) <= 126`.
-fn fits_i128(s_a: u32, n_a: usize, s_b: u32, n_b: usize) -> bool {
-    let terms = (n_a * n_b) as u32;
-    let log = u32::BITS - (terms.max(1) - 1).leading_zeros();
-    53 + (n_a as u32 - 1) * s_a + (n_b as u32 - 1) * s_b + log <= 126
-}
 
 /// Bits available to a slice pair: `s_a + s_b <= 53 - ceil(log2 K)`.
 fn pair_budget(k: usize) -> u32 {
@@ -68,13 +63,10 @@ fn choose(a: &RowStats, b: &RowStats, m: usize, n: usize, k: usize) -> Option<Oz
                 if n_b > 1 && rows_b == 0.0 && b.rows_beyond((n_b - 1) * s_b as usize) == 0.0 {
                     continue;
                 }
-                if !fits_i128(s_a, n_a, s_b, n_b) {
-                    continue;
-                }
                 let gemm = (n_a * n_b) as f64 * m as f64 * n as f64 * k as f64;
                 let slow = (rows_a * n as f64 + rows_b * m as f64) * COST_SLOW_ENTRY;
                 let tails = (tail_a * n as f64 + tail_b * m as f64) * COST_TAIL_PRODUCT;
-                let combine = (m * n) as f64 * COST_COMBINE_TERM * (n_a * n_b) as f64;
+                let combine = (m * n) as f64 * if n_a * n_b <= 3 { COST_COMBINE_FAST } else { COST_COMBINE_TERM * (n_a * n_b) as f64 };
                 let cost = gemm + slow + tails + combine;
                 let plan = OzakiPlan { s_a, n_a, s_b, n_b };
                 if best.is_none_or(|(c, _)| cost < c) {
@@ -108,7 +100,7 @@ pub fn plan_for(a: ArrayView2<f64>, b: ArrayView2<f64>) -> Option<OzakiPlan> {
 
 /// `C = A_stack · B_stackᵀ` in plain f64 (exact here by construction of the slices).
 fn f64_gemm_nt(a: &[f64], ra: usize, b: &[f64], rb: usize, k: usize) -> Vec<f64> {
-    let mut c = vec![0.0f64; ra * rb];
+    let mut c = super::scratch::take(ra * rb); // gemm overwrites it (read_dst = false)
     let par = if (ra * rb * k) > (1 << 22) { Parallelism::Rayon(0) } else { Parallelism::None };
     // SAFETY: the pointers cover ra·k, rb·k and ra·rb elements with the strides given.
     unsafe {
@@ -137,85 +129,88 @@ fn f64_gemm_nt(a: &[f64], ra: usize, b: &[f64], rb: usize, k: usize) -> Vec<f64>
     c
 }
 
-pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Extra>) -> Array2<f64> {
+pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Extra>, mut c: ArrayViewMut2<f64>) {
     let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
     if a.iter().chain(b.iter()).any(|v| !v.is_finite()) {
-        return super::slow::matmul_nt(a, b, extra);
+        return super::slow::matmul_nt(a, b, extra, c);
     }
     let probe = std::env::var_os("MOE_ORACLE_GEMM_PROBE").is_some();
     let t0 = std::time::Instant::now();
     let (sa, sb) = (RowStats::of(a), RowStats::of(b));
     let t_stats = t0.elapsed();
     let Some(plan) = choose(&sa, &sb, m, n, k) else {
-        return super::slow::matmul_nt(a, b, extra);
+        return super::slow::matmul_nt(a, b, extra, c);
     };
     let xa = Sliced::split(a, &sa.emax, plan.s_a, plan.n_a);
     let xb = Sliced::split(b, &sb.emax, plan.s_b, plan.n_b);
     let t_split = t0.elapsed();
-    let stack = f64_gemm_nt(&xa.ints, plan.n_a * m, &xb.ints, plan.n_b * n, k);
+    let stack = f64_gemm_nt(&xa.vals, plan.n_a * m, &xb.vals, plan.n_b * n, k);
     let t_gemm = t0.elapsed();
     let ldc = plan.n_b * n;
 
     // Captured part of A (A minus its tails), needed only for B's tail products.
     let b_has_tails = xb.tails.iter().any(|t| !t.is_empty());
-    let a_captured: Option<Array2<f64>> = b_has_tails.then(|| {
-        let mut cap = a.to_owned();
+    let a_captured: Option<Vec<f64>> = b_has_tails.then(|| {
+        let mut cap = super::scratch::take(m * k);
+        cap.copy_from_slice(a.as_slice().expect("standard layout"));
         for (r, tails) in xa.tails.iter().enumerate() {
             for &(col, t) in tails {
-                cap[[r, col]] -= t; // exact: removes the low bits the tail holds
+                cap[r * k + col] -= t; // exact: removes the low bits the tail holds
             }
         }
         cap
     });
 
-    // Shift of slice pair (i, j) above the entry's smallest unit.
-    let shifts: Vec<u32> = (0..plan.n_a)
-        .flat_map(|i| {
-            (0..plan.n_b).map(move |j| (plan.n_a - 1 - i) as u32 * plan.s_a + (plan.n_b - 1 - j) as u32 * plan.s_b)
-        })
-        .collect();
-    let low_a = (plan.n_a as i32 - 1) * plan.s_a as i32;
-    let low_b = (plan.n_b as i32 - 1) * plan.s_b as i32;
+    let b_tail_cols: Vec<usize> = (0..n).filter(|&c| !xb.tails[c].is_empty()).collect();
 
-    let mut c = Array2::<f64>::zeros((m, n));
     c.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each_init(
         || (SmallSum::new(), ExactSum::new(), Vec::new()),
         |(small, exact, pairs), (r, mut out)| {
+            let out = out.as_slice_mut().expect("standard layout");
             let a_tails = &xa.tails[r];
-            let ua = xa.unit0[r] - low_a;
-            for (col, dst) in out.iter_mut().enumerate() {
-                // The slice products as one exact integer in units of 2^(ua + ub).
-                let mut t: i128 = 0;
-                for i in 0..plan.n_a {
-                    let base = (i * m + r) * ldc + col;
-                    for j in 0..plan.n_b {
-                        let sv = stack[base + j * n] as i64; // exact: an integer of magnitude <= 2^53
-                        t += (sv as i128) << shifts[i * plan.n_b + j];
+            // Each slice-pair product entry is an exact f64 (an integer number of its unit); the output
+            // entry is their exact sum, rounded once.
+            let rows: Vec<&[f64]> = (0..plan.n_a)
+                .flat_map(|i| (0..plan.n_b).map(move |j| (i * m + r) * ldc + j * n))
+                .map(|start| &stack[start..start + n])
+                .collect();
+            match rows.as_slice() {
+                [r0] => out.iter_mut().zip(r0.iter()).for_each(|(o, &v)| *o = v + 0.0),
+                [r0, r1] => out.iter_mut().zip(r0.iter().zip(r1.iter())).for_each(|(o, (&a, &b))| *o = (a + b) + 0.0),
+                [r0, r1, r2] => {
+                    for (col, o) in out.iter_mut().enumerate() {
+                        *o = sum3_rounded(r0[col], r1[col], r2[col]) + 0.0;
                     }
                 }
-                let ub = xb.unit0[col] - low_b;
+                _ => {
+                    for (col, o) in out.iter_mut().enumerate() {
+                        small.clear();
+                        rows.iter().for_each(|row| small.add(row[col]));
+                        *o = small.round();
+                    }
+                }
+            }
+            // Entries touched by tails or extra terms are redone with an exact accumulator.
+            let slow_cols: Box<dyn Iterator<Item = usize>> = if !a_tails.is_empty() || extra.is_some() {
+                Box::new(0..n)
+            } else {
+                Box::new(b_tail_cols.iter().copied())
+            };
+            for col in slow_cols {
                 let b_tails = &xb.tails[col];
                 pairs.clear();
                 if let Some(f) = extra {
                     f(r, col, pairs);
                 }
-                if a_tails.is_empty() && b_tails.is_empty() && pairs.is_empty() {
-                    // One rounding: i128 -> f64 rounds to nearest-even; the power-of-two scale is exact
-                    // because `choose` keeps every nonzero result in the normal range.
-                    *dst = (t as f64) * pow2(ua + ub);
-                    continue;
-                }
-                // Entries touched by tails or extra terms: add the integer in exact 42-bit pieces.
-                let pieces = [(t & ((1 << 42) - 1)) as f64, ((t >> 42) & ((1 << 42) - 1)) as f64, (t >> 84) as f64];
                 let safe = pairs.iter().all(|&(x, y)| product_is_safe(x, y))
                     && a_tails.iter().all(|&(kk, tv)| product_is_safe(tv, b[[col, kk]]))
                     && (b_tails.is_empty()
                         || b_tails.iter().all(|&(kk, tv)| {
-                            a_captured.as_ref().is_some_and(|cap| product_is_safe(cap[[r, kk]], tv))
+                            a_captured.as_ref().is_some_and(|cap| product_is_safe(cap[r * k + kk], tv))
                         }));
                 let feed = |acc: &mut dyn Accumulate| {
-                    for (p, &v) in pieces.iter().enumerate() {
-                        acc.add(v * pow2(ua + ub + 42 * p as i32));
+                    for row in &rows {
+                        acc.add(row[col]);
                     }
                     for &(x, y) in pairs.iter() {
                         acc.add_product(x, y);
@@ -225,30 +220,122 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Ex
                     }
                     if let Some(cap) = &a_captured {
                         for &(kk, tv) in b_tails {
-                            acc.add_product(cap[[r, kk]], tv);
+                            acc.add_product(cap[r * k + kk], tv);
                         }
                     }
                 };
-                if safe {
+                out[col] = if safe {
                     small.clear();
                     feed(small);
-                    *dst = small.round();
+                    small.round()
                 } else {
                     exact.clear();
                     feed(exact);
-                    *dst = exact.round();
-                }
+                    exact.round()
+                };
             }
         },
     );
+    super::scratch::give(stack);
+    if let Some(cap) = a_captured {
+        super::scratch::give(cap);
+    }
+    let xa_tail_rows = xa.tails.iter().filter(|t| !t.is_empty()).count();
+    let xb_tail_rows = xb.tails.iter().filter(|t| !t.is_empty()).count();
+    xa.recycle();
+    xb.recycle();
     if probe {
         eprintln!(
-            "gemm {m}x{n}x{k} {plan:?}: stats {:?} split {:?} gemm {:?} combine {:?}",
+            "gemm {m}x{n}x{k} {plan:?}: tail rows a {} b {}; stats {:?} split {:?} gemm {:?} combine {:?}",
+            xa_tail_rows,
+            xb_tail_rows,
             t_stats,
             t_split - t_stats,
             t_gemm - t_split,
             t0.elapsed() - t_gemm
         );
     }
-    c
+}
+
+/// Error-free sum: `s + e == a + b` exactly (Knuth's TwoSum).
+#[inline(always)]
+fn two_sum(a: f64, b: f64) -> (f64, f64) {
+    let s = a + b;
+    let bp = s - a;
+    let ap = s - bp;
+    (s, (a - ap) + (b - bp))
+}
+
+/// `x + y` rounded to odd: the nearest-even result, moved one ulp towards the exact sum when inexact and
+/// even.
+#[inline(always)]
+fn add_round_odd(x: f64, y: f64) -> f64 {
+    let (s, e) = two_sum(x, y);
+    let bits = s.to_bits();
+    if e != 0.0 && bits & 1 == 0 {
+        // same sign as s: the exact sum is larger in magnitude
+        f64::from_bits(if (e > 0.0) == (s > 0.0) { bits + 1 } else { bits - 1 })
+    } else {
+        s
+    }
+}
+
+/// `a + b + c` correctly rounded to nearest-even (Boldo and Melquiond, "Emulation of FMA and
+/// correctly rounded sums: proved algorithms using rounding to odd", IEEE TC 2008): exact as long as no
+/// intermediate overflows or falls below the normal range, which `choose` guarantees.
+#[inline(always)]
+pub(super) fn sum3_rounded(a: f64, b: f64, c: f64) -> f64 {
+    let (uh, ul) = two_sum(b, c);
+    let (th, tl) = two_sum(a, uh);
+    th + add_round_odd(tl, ul)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sum3_rounded;
+    use crate::exact::ExactSum;
+    use proptest::prelude::*;
+
+    /// Integers times powers of two in the range the combine sees, often engineered into near-ties.
+    fn term() -> impl Strategy<Value = f64> {
+        (any::<i64>(), 0u32..53, -60i32..60).prop_map(|(m, bits, e)| {
+            let m = (m >> (63 - bits)) as f64; // an integer of up to `bits` bits, exact
+            m * 2f64.powi(e)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(20000))]
+        #[test]
+        fn sum3_is_correctly_rounded(a in term(), b in term(), c in term()) {
+            let mut acc = ExactSum::new();
+            acc.add(a);
+            acc.add(b);
+            acc.add(c);
+            prop_assert_eq!((sum3_rounded(a, b, c) + 0.0).to_bits(), acc.round().to_bits(), "{:e} {:e} {:e}", a, b, c);
+        }
+    }
+
+    #[test]
+    fn sum3_ties() {
+        // exact ties between two f64 neighbours, broken or not by a third term far below
+        let cases = [
+            (1.0, 2f64.powi(-53), 0.0),
+            (1.0, 2f64.powi(-53), 2f64.powi(-200)),
+            (1.0, 2f64.powi(-53), -2f64.powi(-200)),
+            (1.0 + 2f64.powi(-52), 2f64.powi(-53), -2f64.powi(-150)),
+            (2f64.powi(60), -1.0, 2f64.powi(-60)),
+            (-1.0, -2f64.powi(-53), 2f64.powi(-106)),
+        ];
+        for (a, b, c) in cases {
+            let mut acc = ExactSum::new();
+            acc.add(a);
+            acc.add(b);
+            acc.add(c);
+            let want = acc.round();
+            for (x, y, z) in [(a, b, c), (b, c, a), (c, a, b), (a, c, b)] {
+                assert_eq!(sum3_rounded(x, y, z).to_bits(), want.to_bits(), "{x:e} {y:e} {z:e}");
+            }
+        }
+    }
 }

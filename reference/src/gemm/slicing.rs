@@ -111,48 +111,91 @@ impl RowStats {
     }
 }
 
-/// A matrix split into `n` integer slices of `s` bits, plus its tails.
-pub(super) struct Sliced {
+/// An upper bound on the bits any element of the row needs below `emax`, from one vectorisable pass:
+/// the smallest exponent and the OR of all significands bound every element's lowest set bit from below.
+#[inline]
+fn row_need_bound(row: &[f64], emax: i32) -> i32 {
+    let (mut min_field, mut or_m) = (0x7ffu64, 0u64);
+    for &v in row {
+        let bits = v.to_bits() & !(1u64 << 63);
+        let field = bits >> 52;
+        let m = (bits & ((1u64 << 52) - 1)) | (((field != 0) as u64) << 52);
+        // zeros take no part: they have field 0 and m 0
+        let f = if bits == 0 { 0x7ff } else { field.max(1) };
+        min_field = min_field.min(f);
+        or_m |= m;
+    }
+    if or_m == 0 {
+        return 0;
+    }
+    emax + 1 - (min_field as i32 - 1075 + or_m.trailing_zeros() as i32)
+}
+
+/// A matrix split into `n` slices of `s` bits, plus its tails.
+///
+/// Slices are kept *unscaled*: slice `i` of row `r` holds values on the grid `2^(unit0[r] - i·s)`, at most
+/// `2^s` units in magnitude, so the f64 GEMM of two slices is exact and each of its entries is an integer
+/// number of `2^(unit_a + unit_b)`. A single slice without tails is the matrix itself, which is then used
+/// in place without a copy (the common case for bf16-valued weights).
+pub(super) struct Sliced<'a> {
     /// Rows of slice `i` are rows `i*R .. (i+1)*R` of this [n·R, K] row-major buffer.
-    pub ints: Vec<f64>,
-    /// Exponent of the unit of slice 0 for each row (`emax + 1 - s`); slice `i` has unit exponent
-    /// `unit0 - i·s`. Zero rows get 0 (their slices are all zero).
-    pub unit0: Vec<i32>,
+    pub vals: std::borrow::Cow<'a, [f64]>,
     /// Per row: (column, tail value) for the elements the slices do not capture exactly.
     pub tails: Vec<Vec<(usize, f64)>>,
 }
 
-impl Sliced {
-    pub fn split(x: ArrayView2<f64>, emax: &[Option<i32>], s: u32, n: usize) -> Sliced {
+impl<'a> Sliced<'a> {
+    pub fn split(x: ArrayView2<'a, f64>, emax: &[Option<i32>], s: u32, n: usize) -> Sliced<'a> {
         let (rows, k) = (x.nrows(), x.ncols());
-        let mut ints = vec![0.0f64; n * rows * k];
-        let mut unit0 = vec![0i32; rows];
-        let mut tails = vec![Vec::new(); rows];
+        let data = x.to_slice().expect("standard layout");
+        let unit0: Vec<i32> = emax.iter().map(|e| e.map_or(0, |e| e + 1 - s as i32)).collect();
+        let fits: Vec<bool> = (0..rows)
+            .map(|r| emax[r].is_none_or(|e| row_need_bound(&data[r * k..(r + 1) * k], e) <= (n as i32) * s as i32))
+            .collect();
+        let tails = vec![Vec::new(); rows];
+        if n == 1 && fits.iter().all(|&f| f) {
+            return Sliced { vals: std::borrow::Cow::Borrowed(data), tails };
+        }
+        let mut tails = tails;
+        let mut vals = super::scratch::take_zeroed(n * rows * k);
         let mut rem = vec![0.0f64; k];
-        for (r, row) in x.rows().into_iter().enumerate() {
-            let Some(e) = emax[r] else { continue };
-            let u0 = e + 1 - s as i32;
-            unit0[r] = u0;
-            rem.copy_from_slice(row.as_slice().expect("standard layout"));
+        for r in 0..rows {
+            if emax[r].is_none() {
+                continue;
+            }
+            let row = &data[r * k..(r + 1) * k];
+            if n == 1 && fits[r] {
+                vals[r * k..(r + 1) * k].copy_from_slice(row);
+                continue;
+            }
+            rem.copy_from_slice(row);
             for i in 0..n {
-                let u = u0 - (i as i32) * s as i32;
+                let u = unit0[r] - (i as i32) * s as i32;
                 // Round to the nearest multiple of 2^u: adding 1.5·2^(52+u) puts the binary point of the
                 // sum exactly at 2^u (|rem| < 2^(u+s) <= 2^(u+51)); the subtraction is then exact.
                 let sigma = 1.5 * pow2(52 + u);
-                let inv = pow2(-u);
-                let out = &mut ints[(i * rows + r) * k..(i * rows + r + 1) * k];
+                let out = &mut vals[(i * rows + r) * k..(i * rows + r + 1) * k];
                 for (o, v) in out.iter_mut().zip(rem.iter_mut()) {
                     let q = (*v + sigma) - sigma;
                     *v -= q;
-                    *o = q * inv;
+                    *o = q;
                 }
             }
-            for (c, &v) in rem.iter().enumerate() {
-                if v != 0.0 {
-                    tails[r].push((c, v));
+            if !fits[r] {
+                for (c, &v) in rem.iter().enumerate() {
+                    if v != 0.0 {
+                        tails[r].push((c, v));
+                    }
                 }
             }
         }
-        Sliced { ints, unit0, tails }
+        Sliced { vals: std::borrow::Cow::Owned(vals), tails }
+    }
+
+    /// Give an owned slice buffer back to the scratch pool.
+    pub fn recycle(self) {
+        if let std::borrow::Cow::Owned(v) = self.vals {
+            super::scratch::give(v);
+        }
     }
 }

@@ -1,14 +1,12 @@
 //! The reference engine: one exact accumulator per output entry.
 
-use ndarray::{Array2, ArrayView2, Axis};
+use ndarray::{ArrayView2, ArrayViewMut2, Axis};
 use rayon::prelude::*;
 
 use super::Extra;
 use crate::exact::ExactSum;
 
-pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Extra>) -> Array2<f64> {
-    let (m, n) = (a.nrows(), b.nrows());
-    let mut c = Array2::<f64>::zeros((m, n));
+pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Extra>, mut c: ArrayViewMut2<f64>) {
     c.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each_init(|| (ExactSum::new(), Vec::new()), |(acc, buf), (i, mut row)| {
         let ai = a.row(i);
         for (j, out) in row.iter_mut().enumerate() {
@@ -26,5 +24,4 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Ex
             *out = acc.round();
         }
     });
-    c
 }
