@@ -147,3 +147,23 @@ fn bf16_operands_need_one_slice_each() {
     let plan = plan_for(f.view(), w.view()).expect("fast path");
     assert!(plan.n_a >= 2 && plan.n_b == 1, "{plan:?}");
 }
+
+#[test]
+fn every_combine_path_matches_the_reference() {
+    // one, two, three and four-or-more slice-pair terms per entry are combined by different code
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 1..40u64 {
+        let mut g = Gen(seed);
+        for (ka, kb, k) in [(Kind::Bf16, Kind::Bf16, 256), (Kind::F64, Kind::Bf16, 256), (Kind::F64, Kind::F64, 64), (Kind::WideRange, Kind::F64, 33)] {
+            let a = fill(ka, 9, k, &mut g);
+            let b = fill(kb, 11, k, &mut g);
+            if let Some(p) = plan_for(a.view(), b.view()) {
+                seen.insert((p.n_a * p.n_b).min(4));
+            }
+            let fast = matmul_nt_with(Engine::Ozaki, a.view(), b.view());
+            let slow = matmul_nt_with(Engine::Reference, a.view(), b.view());
+            assert_same(&fast, &slow);
+        }
+    }
+    assert!(seen.contains(&1) && seen.contains(&3) && seen.contains(&4), "paths exercised: {seen:?}");
+}

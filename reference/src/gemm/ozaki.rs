@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use super::slicing::{RowStats, Sliced, NEED_CAP};
 use super::Extra;
-use crate::exact::{product_is_safe, Accumulate, ExactSum, SmallSum};
+use crate::exact::{pow2, product_is_safe, Accumulate, ExactSum, SmallSum};
 
 /// The slicing chosen for one GEMM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +32,7 @@ const MAX_SLICES: usize = 8;
 /// product. Measured roughly on the development machine; they only steer the plan, never the result.
 const COST_SLOW_ENTRY: f64 = 600.0;
 const COST_TAIL_PRODUCT: f64 = 60.0;
-const COST_COMBINE_TERM: f64 = 40.0;
+const COST_COMBINE_TERM: f64 = 12.0;
 /// An entry of one to three terms is combined with a few flops (`sum3_rounded`).
 const COST_COMBINE_FAST: f64 = 4.0;
 
@@ -66,6 +66,11 @@ fn choose(a: &RowStats, b: &RowStats, m: usize, n: usize, k: usize) -> Option<Oz
                 let gemm = (n_a * n_b) as f64 * m as f64 * n as f64 * k as f64;
                 let slow = (rows_a * n as f64 + rows_b * m as f64) * COST_SLOW_ENTRY;
                 let tails = (tail_a * n as f64 + tail_b * m as f64) * COST_TAIL_PRODUCT;
+                let wide_bits = 53 + (n_a - 1) * s_a as usize + (n_b - 1) * s_b as usize + 4;
+                let max_shift = (n_a - 1) * s_a as usize + (n_b - 1) * s_b as usize;
+                if n_a * n_b > 3 && (wide_bits > 188 || max_shift >= 128) {
+                    continue; // the 192-bit combine could overflow
+                }
                 let combine = (m * n) as f64 * if n_a * n_b <= 3 { COST_COMBINE_FAST } else { COST_COMBINE_TERM * (n_a * n_b) as f64 };
                 let cost = gemm + slow + tails + combine;
                 let plan = OzakiPlan { s_a, n_a, s_b, n_b };
@@ -162,10 +167,19 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Ex
     });
 
     let b_tail_cols: Vec<usize> = (0..n).filter(|&c| !xb.tails[c].is_empty()).collect();
+    // For entries of four or more terms: slice pair p = (i, j) sits `shifts[p]` bits above the entry's
+    // smallest unit, `ua_low(r) + ub_low(c)`.
+    let shifts: Vec<u32> = (0..plan.n_a)
+        .flat_map(|i| {
+            (0..plan.n_b).map(move |j| (plan.n_a - 1 - i) as u32 * plan.s_a + (plan.n_b - 1 - j) as u32 * plan.s_b)
+        })
+        .collect();
+    let ub_low: Vec<i32> = xb.unit0.iter().map(|&u| u - (plan.n_b as i32 - 1) * plan.s_b as i32).collect();
+    let inv_ub: Vec<f64> = ub_low.iter().map(|&u| pow2(-u)).collect();
 
     c.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each_init(
-        || (SmallSum::new(), ExactSum::new(), Vec::new()),
-        |(small, exact, pairs), (r, mut out)| {
+        || (SmallSum::new(), ExactSum::new(), Vec::new(), Vec::new()),
+        |(small, exact, pairs, wide), (r, mut out)| {
             let out = out.as_slice_mut().expect("standard layout");
             let a_tails = &xa.tails[r];
             // Each slice-pair product entry is an exact f64 (an integer number of its unit); the output
@@ -183,10 +197,26 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Ex
                     }
                 }
                 _ => {
-                    for (col, o) in out.iter_mut().enumerate() {
-                        small.clear();
-                        rows.iter().for_each(|row| small.add(row[col]));
-                        *o = small.round();
+                    // Four or more terms: integers on the entry's smallest unit, summed in 192 bits.
+                    let ua_low = xa.unit0[r] - (plan.n_a as i32 - 1) * plan.s_a as i32;
+                    let row_scale: Vec<f64> = (0..rows.len()).map(|p| pow2(-(ua_low + shifts[p] as i32))).collect();
+                    // Term by term over the whole row (the inner loop has one shift and one scale).
+                    wide.clear();
+                    wide.resize(n, Wide::default());
+                    for (p, row) in rows.iter().enumerate() {
+                        let (scale, shift) = (row_scale[p], shifts[p]);
+                        for ((acc, &v), &inv) in wide.iter_mut().zip(row.iter()).zip(inv_ub.iter()) {
+                            // The column scale first keeps the intermediate normal; the result is an
+                            // integer of at most 53 bits.
+                            let v = (v * inv) * scale;
+                            debug_assert!(v.abs() <= 9007199254740992.0 && v.fract() == 0.0);
+                            // SAFETY: `v` is finite and integral with |v| <= 2^53 (see above).
+                            let int: i64 = unsafe { v.to_int_unchecked() };
+                            acc.add_shifted(int, shift);
+                        }
+                    }
+                    for ((o, acc), &ub) in out.iter_mut().zip(wide.iter()).zip(ub_low.iter()) {
+                        *o = acc.round_scaled(ua_low + ub);
                     }
                 }
             }
@@ -254,6 +284,70 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Ex
             t_gemm - t_split,
             t0.elapsed() - t_gemm
         );
+    }
+}
+
+/// A 192-bit two's-complement integer: the exact sum of an entry's slice products when there are more
+/// than three of them (up to 53 + 127 + 4 bits: see `choose`).
+#[derive(Default, Clone, Copy)]
+struct Wide {
+    lo: u128,
+    hi: u64,
+}
+
+impl Wide {
+    /// Add `v · 2^shift` (|v| < 2^63, shift < 128).
+    #[inline(always)]
+    fn add_shifted(&mut self, v: i64, shift: u32) {
+        let (limb, bits) = (shift / 64, shift % 64);
+        let q = (v as i128) << bits; // |q| < 2^127
+        let ext = if q < 0 { u64::MAX } else { 0 };
+        if limb == 0 {
+            let (lo, carry) = self.lo.overflowing_add(q as u128);
+            self.lo = lo;
+            self.hi = self.hi.wrapping_add(ext).wrapping_add(carry as u64);
+        } else {
+            // limbs 1..2 get q; the sign extension beyond limb 2 falls off the top
+            let upper = ((self.hi as u128) << 64) | (self.lo >> 64);
+            let sum = upper.wrapping_add(q as u128);
+            self.lo = (self.lo & (u64::MAX as u128)) | (sum << 64);
+            self.hi = (sum >> 64) as u64;
+        }
+    }
+
+    /// The value times `2^e`, rounded to nearest-even (result in the normal range, see `choose`): the top 64
+    /// bits of the magnitude, with everything below folded into a sticky bit, convert with one rounding.
+    #[inline(always)]
+    fn round_scaled(self, e: i32) -> f64 {
+        let negative = (self.hi as i64) < 0;
+        let (mut lo, mut hi) = (self.lo, self.hi);
+        if negative {
+            // two's-complement negate over 192 bits
+            lo = !lo;
+            hi = !hi;
+            let (l, c) = lo.overflowing_add(1);
+            lo = l;
+            hi = hi.wrapping_add(c as u64);
+        }
+        let r = if hi == 0 && (lo >> 64) == 0 {
+            (lo as u64) as f64 * pow2(e)
+        } else {
+            // shift right until the magnitude fits 64 bits
+            let lead = if hi != 0 { 128 + 63 - hi.leading_zeros() } else { 127 - lo.leading_zeros() };
+            let sh = lead - 63;
+            let (top, sticky) = if sh >= 128 {
+                ((hi >> (sh - 128)) as u64, lo != 0 || (hi & ((1u64 << (sh - 128)) - 1)) != 0)
+            } else {
+                let t = (lo >> sh) | ((hi as u128) << (128 - sh));
+                (t as u64, (lo & ((1u128 << sh) - 1)) != 0)
+            };
+            (top | sticky as u64) as f64 * pow2(e + sh as i32)
+        };
+        if negative {
+            -r
+        } else {
+            r
+        }
     }
 }
 

@@ -140,6 +140,9 @@ fn row_need_bound(row: &[f64], emax: i32) -> i32 {
 pub(super) struct Sliced<'a> {
     /// Rows of slice `i` are rows `i*R .. (i+1)*R` of this [n·R, K] row-major buffer.
     pub vals: std::borrow::Cow<'a, [f64]>,
+    /// Exponent of the unit of slice 0 for each row (`emax + 1 - s`); slice `i` has unit exponent
+    /// `unit0 - i·s`. Zero rows get 0 (their slices are all zero).
+    pub unit0: Vec<i32>,
     /// Per row: (column, tail value) for the elements the slices do not capture exactly.
     pub tails: Vec<Vec<(usize, f64)>>,
 }
@@ -154,7 +157,7 @@ impl<'a> Sliced<'a> {
             .collect();
         let tails = vec![Vec::new(); rows];
         if n == 1 && fits.iter().all(|&f| f) {
-            return Sliced { vals: std::borrow::Cow::Borrowed(data), tails };
+            return Sliced { vals: std::borrow::Cow::Borrowed(data), unit0, tails };
         }
         let mut tails = tails;
         let mut vals = super::scratch::take_zeroed(n * rows * k);
@@ -189,7 +192,7 @@ impl<'a> Sliced<'a> {
                 }
             }
         }
-        Sliced { vals: std::borrow::Cow::Owned(vals), tails }
+        Sliced { vals: std::borrow::Cow::Owned(vals), unit0, tails }
     }
 
     /// Give an owned slice buffer back to the scratch pool.
