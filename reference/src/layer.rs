@@ -226,7 +226,8 @@ pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Opti
     };
     let (grad_x, dlogits, grad_router_weight) = match (&fwd.routed, &cfg.routing, &inp.router_weight) {
         (Some(routed), Some(rcfg), Some(rw)) => {
-            let dl = route::backward(rcfg, routed, grad_topk_weights.view());
+            let logits = fwd.logits.as_ref().expect("logits kept when the layer routed itself");
+            let dl = route::backward(rcfg, routed, logits.view(), grad_topk_weights.view());
             let gx = timed("grad.x", || gemm::matmul_nt_plus(opt.engine, dl.view(), rw.t(), Some(&undispatch)));
             let grw = timed("grad.router.weight", || gemm::matmul_nt_with(opt.engine, dl.t(), inp.x.t()));
             (gx, Some(dl), Some(grw))

@@ -88,7 +88,14 @@ pub fn forward(cfg: &Routing, k: usize, logits: ArrayView2<f64>, bias: Option<Ar
 }
 
 /// Gradient at the logits [T, E] from the gradient at the combine weights [T, k].
-pub fn backward(cfg: &Routing, routed: &Routed, grad_weights: ArrayView2<f64>) -> Array2<f64> {
+///
+/// Written to keep relative accuracy when a score saturates (p or s near 1), where the textbook forms
+/// `s·(1 − s)` and `ds_e − Σ_f p_f·ds_f` cancel:
+/// - sigmoid: `σ'(l) = σ(l)·σ(−l)`, both factors accurate;
+/// - softmax: `ds_e − Σ_f p_f·ds_f = Σ_{f chosen} p_f·(ds_e − ds_f) + ds_e·Σ_{f not chosen} p_f` (equal because
+///   the probabilities sum to one), the unchosen mass summed exactly rather than formed as `1 − Σ chosen`;
+/// - renormalisation likewise: `dq_i − Σ_j dq_j·q_j = Σ_j q_j·(dq_i − dq_j)`.
+pub fn backward(cfg: &Routing, routed: &Routed, logits: ArrayView2<f64>, grad_weights: ArrayView2<f64>) -> Array2<f64> {
     let (t, e) = routed.scores.dim();
     let k = routed.topk_ids.ncols();
     let mut dlogits = Array2::zeros((t, e));
@@ -101,26 +108,36 @@ pub fn backward(cfg: &Routing, routed: &Routed, grad_weights: ArrayView2<f64>) -
         let dv: Vec<f64> = if cfg.normalize_topk {
             let total = exact::sum(v.iter().copied());
             let q: Vec<f64> = v.iter().map(|&x| x / total).collect();
-            let inner = exact::dot(dq.iter().copied().zip(q.iter().copied()));
-            dq.iter().map(|&d| (d - inner) / total).collect()
+            (0..k)
+                .map(|i| exact::dot((0..k).map(|j| (q[j], dq[i] - dq[j]))) / total)
+                .collect()
         } else {
             dq
         };
-        let mut ds = vec![0.0f64; e];
-        for (&i, &d) in ids.iter().zip(dv.iter()) {
-            ds[i] = d;
-        }
         let mut row = dlogits.row_mut(tok);
         match cfg.score {
             Score::Sigmoid => {
-                for ex in 0..e {
-                    row[ex] = ds[ex] * (s[ex] * (1.0 - s[ex]));
+                for (&i, &d) in ids.iter().zip(dv.iter()) {
+                    let l = logits[[tok, i]];
+                    row[i] = d * (sigmoid(l) * sigmoid(-l));
                 }
             }
             Score::Softmax => {
-                let inner = exact::dot(s.iter().copied().zip(ds.iter().copied()));
+                let mut chosen = vec![false; e];
+                ids.iter().for_each(|&i| chosen[i] = true);
+                let unchosen_mass = exact::sum((0..e).filter(|&f| !chosen[f]).map(|f| s[f]));
+                // Unchosen experts: ds_e = 0, so dl_e = −p_e·Σ_f p_f·ds_f.
+                let inner = exact::dot(ids.iter().zip(dv.iter()).map(|(&f, &d)| (s[f], d)));
                 for ex in 0..e {
-                    row[ex] = s[ex] * (ds[ex] - inner);
+                    if !chosen[ex] {
+                        row[ex] = -(s[ex] * inner);
+                    }
+                }
+                for (j, &i) in ids.iter().enumerate() {
+                    let centred = exact::dot(
+                        ids.iter().zip(dv.iter()).map(|(&f, &d)| (s[f], dv[j] - d)).chain(std::iter::once((dv[j], unchosen_mass))),
+                    );
+                    row[i] = s[i] * centred;
                 }
             }
         }
