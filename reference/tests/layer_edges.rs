@@ -727,3 +727,64 @@ fn saturated_router_gradient_is_accurate() {
         bad.join("\n")
     );
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Regressions
+// ---------------------------------------------------------------------------------------------------
+
+/// Regression (found by `engine_invariance` and `minus_one_slot_equals_zero_weight` at e8c254a): the
+/// Ozaki engine misrounded GEMMs with a contraction length of 1 when its planner chose a 52-bit slice
+/// (`OzakiPlan { s_a: 1, n_a: 1, s_b: 52, n_b: 2 }`; the slicing's rounding trick assumes s <= 51, so
+/// negative elements got half-integer slices that the combine truncated). Single-row experts make such
+/// GEMMs: their weight gradients contract over one row. Both engines must agree bitwise.
+#[test]
+fn single_row_experts_engine_invariant() {
+    use moe_reference::gemm::{matmul_nt_with, Engine};
+    // 288.23581026423466 · -1.169766736430675: the correctly rounded product is the f64 product.
+    let a = array![[f64::from_bits(0x4072_03c5_e0fb_cf2f)]];
+    let b = array![[f64::from_bits(0xbff2_b75d_534e_b1c5)]];
+    let want = a[[0, 0]] * b[[0, 0]];
+    for engine in [Engine::Ozaki, Engine::Reference] {
+        let got = matmul_nt_with(engine, a.view(), b.view())[[0, 0]];
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "{engine:?}: {got:e} vs {want:e}"
+        );
+    }
+    // The layer case proptest shrank to, and more one-token layers (every used expert has one row).
+    let mut specs = vec![((1, 8, 7, 4, 1, 0, 55, 3440496298810641701), Kind::Wide)];
+    for seed in 0..24u64 {
+        let kind = [Kind::Wide, Kind::F64, Kind::Bf16][seed as usize % 3];
+        specs.push((
+            (
+                1,
+                1 + seed as usize % 9,
+                1 + seed as usize % 5,
+                4,
+                1 + seed as usize % 4,
+                seed as u8,
+                seed as u8 / 3,
+                seed,
+            ),
+            kind,
+        ));
+    }
+    for (s, kind) in specs {
+        let inp = build(&Spec::from_tuple(s, kind));
+        let (f0, b0) = run(
+            &inp,
+            Options {
+                engine: Engine::Ozaki,
+            },
+        );
+        let (f1, b1) = run(
+            &inp,
+            Options {
+                engine: Engine::Reference,
+            },
+        );
+        same_forward(&f0, &f1, true);
+        same_backward(&b0, &b1);
+    }
+}
