@@ -106,7 +106,7 @@ pub fn plan_for(a: ArrayView2<f64>, b: ArrayView2<f64>) -> Option<OzakiPlan> {
 /// `C = A_stack · B_stackᵀ` in plain f64 (exact here by construction of the slices).
 fn f64_gemm_nt(a: &[f64], ra: usize, b: &[f64], rb: usize, k: usize) -> Vec<f64> {
     let mut c = super::scratch::take(ra * rb); // gemm overwrites it (read_dst = false)
-    let par = if (ra * rb * k) > (1 << 22) { Parallelism::Rayon(0) } else { Parallelism::None };
+    let par = if (ra * rb * k) > (1 << 22) && rayon::current_thread_index().is_none() { Parallelism::Rayon(0) } else { Parallelism::None };
     // SAFETY: the pointers cover ra·k, rb·k and ra·rb elements with the strides given.
     unsafe {
         gemm::gemm(
