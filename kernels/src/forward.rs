@@ -1,0 +1,135 @@
+//! The forward pass on the GPU with the simple kernels (bf16 storage, f32 accumulation), returning every
+//! intermediate of the case-file format so the oracle can check each stage.
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use half::bf16;
+use moe_reference::config::{Activation, MoeConfig};
+use moe_reference::dispatch::RowMap;
+use ndarray::{Array2, Array3};
+
+use crate::device::Gpu;
+use crate::error::GpuError;
+
+/// How the tokens are routed (this version takes the routing as given).
+pub enum Routing {
+    Given { topk_ids: Array2<i32>, topk_weights: Array2<f32> },
+}
+
+/// Forward results, decoded to f32 on the host: `fwd.h`, `fwd.a`, `fwd.o` in the expert-major row order
+/// of `rows`, and `y`.
+pub struct GpuForward {
+    pub rows: RowMap,
+    pub h: Array2<f32>,
+    pub a: Array2<f32>,
+    pub o: Array2<f32>,
+    pub y: Array2<f32>,
+}
+
+fn launch_cfg(n: usize) -> Result<LaunchConfig, GpuError> {
+    let n = u32::try_from(n).map_err(|_| GpuError::Input(format!("{n} elements exceed one launch")))?;
+    Ok(LaunchConfig { grid_dim: (n.div_ceil(256).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 })
+}
+
+fn to_i32(n: usize, what: &str) -> Result<i32, GpuError> {
+    i32::try_from(n).map_err(|_| GpuError::Input(format!("{what} = {n} does not fit an i32")))
+}
+
+fn bits(v: &[f64]) -> Vec<u16> {
+    v.iter().map(|&x| bf16::from_f64(x).to_bits()).collect()
+}
+
+fn decode(v: &[u16], shape: (usize, usize)) -> Array2<f32> {
+    Array2::from_shape_vec(shape, v.iter().map(|&b| bf16::from_bits(b).to_f32()).collect()).expect("shape")
+}
+
+impl Gpu {
+    /// Upload (never an empty allocation: CUDA refuses those).
+    fn upload<T: cudarc::driver::DeviceRepr + Default + Clone>(&self, v: &[T]) -> Result<CudaSlice<T>, GpuError> {
+        if v.is_empty() {
+            return Ok(self.stream.clone_htod(&[T::default()])?);
+        }
+        Ok(self.stream.clone_htod(v)?)
+    }
+    fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>, GpuError> {
+        Ok(self.stream.alloc_zeros::<T>(n.max(1))?)
+    }
+    fn download(&self, d: &CudaSlice<u16>, n: usize) -> Result<Vec<u16>, GpuError> {
+        let mut v = self.stream.clone_dtoh(d)?;
+        v.truncate(n);
+        Ok(v)
+    }
+
+    /// Run the forward pass. `x` [T, H], `w13` [E, 2I, H], `w2` [E, H, I] are rounded to bf16 on upload
+    /// (pass bf16-valued data to compare with the oracle on the same inputs).
+    pub fn forward(
+        &self,
+        cfg: &MoeConfig,
+        x: &Array2<f64>,
+        w13: &Array3<f64>,
+        w2: &Array3<f64>,
+        routing: &Routing,
+    ) -> Result<GpuForward, GpuError> {
+        let (t, hd, id, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
+        let Routing::Given { topk_ids, topk_weights } = routing;
+        if x.dim() != (t, hd) || w13.dim() != (e, 2 * id, hd) || w2.dim() != (e, hd, id) || topk_ids.dim() != (t, k) {
+            return Err(GpuError::Input("shapes do not match the config".into()));
+        }
+        let (alpha, limit) = match cfg.activation {
+            Activation::Swiglu => (1.0f32, -1.0f32),
+            Activation::SwigluClamped { alpha, limit } => (alpha as f32, limit as f32),
+        };
+        let rows = RowMap::build(topk_ids.view(), e);
+        let m = rows.rows();
+        let row_token: Vec<i32> = rows.row_token.iter().map(|&v| v as i32).collect();
+        let row_expert: Vec<i32> =
+            (0..e).flat_map(|ex| std::iter::repeat_n(ex as i32, rows.expert_rows(ex).len())).collect();
+        let slot_row: Vec<i32> = rows.slot_row.iter().map(|r| r.map_or(-1, |r| r as i32)).collect();
+
+        let s = &self.stream;
+        let d_x = self.upload(&bits(x.as_slice().expect("standard layout")))?;
+        let d_w13 = self.upload(&bits(w13.as_slice().expect("standard layout")))?;
+        let d_w2 = self.upload(&bits(w2.as_slice().expect("standard layout")))?;
+        let d_row_token = self.upload(&row_token)?;
+        let d_row_expert = self.upload(&row_expert)?;
+        let d_slot_row = self.upload(&slot_row)?;
+        let d_weights = self.upload(topk_weights.as_slice().expect("standard layout"))?;
+        let mut d_xr = self.zeros::<u16>(m * hd)?;
+        let mut d_h = self.zeros::<u16>(m * 2 * id)?;
+        let mut d_a = self.zeros::<u16>(m * id)?;
+        let mut d_o = self.zeros::<u16>(m * hd)?;
+        let mut d_y = self.zeros::<u16>(t * hd)?;
+        let (mi, ti, hi, ii, ki) = (to_i32(m, "rows")?, to_i32(t, "tokens")?, to_i32(hd, "hidden")?, to_i32(id, "intermediate")?, to_i32(k, "top_k")?);
+        let i2 = to_i32(2 * id, "2*intermediate")?;
+        // SAFETY (each launch): argument types and order match the kernel signatures in cuda/, and every
+        // buffer holds at least the elements the kernel indexes (sizes computed above from the same dims).
+        unsafe {
+            if m > 0 {
+                s.launch_builder(self.function("gather_rows"))
+                    .arg(&d_x).arg(&d_row_token).arg(&mut d_xr).arg(&mi).arg(&hi)
+                    .launch(launch_cfg(m * hd)?)?;
+                s.launch_builder(self.function("grouped_gemm_nt"))
+                    .arg(&d_xr).arg(&d_w13).arg(&d_row_expert).arg(&mut d_h).arg(&mi).arg(&i2).arg(&hi)
+                    .launch(launch_cfg(m * 2 * id)?)?;
+                s.launch_builder(self.function("swiglu_fwd"))
+                    .arg(&d_h).arg(&mut d_a).arg(&mi).arg(&ii).arg(&alpha).arg(&limit)
+                    .launch(launch_cfg(m * id)?)?;
+                s.launch_builder(self.function("grouped_gemm_nt"))
+                    .arg(&d_a).arg(&d_w2).arg(&d_row_expert).arg(&mut d_o).arg(&mi).arg(&hi).arg(&ii)
+                    .launch(launch_cfg(m * hd)?)?;
+            }
+            if t > 0 {
+                s.launch_builder(self.function("combine_fwd"))
+                    .arg(&d_o).arg(&d_weights).arg(&d_slot_row).arg(&mut d_y).arg(&ti).arg(&ki).arg(&hi)
+                    .launch(launch_cfg(t * hd)?)?;
+            }
+        }
+        s.synchronize()?;
+        Ok(GpuForward {
+            h: decode(&self.download(&d_h, m * 2 * id)?, (m, 2 * id)),
+            a: decode(&self.download(&d_a, m * id)?, (m, id)),
+            o: decode(&self.download(&d_o, m * hd)?, (m, hd)),
+            y: decode(&self.download(&d_y, t * hd)?, (t, hd)),
+            rows,
+        })
+    }
+}

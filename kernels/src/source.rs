@@ -1,0 +1,27 @@
+//! The CUDA sources, assembled into one translation unit for NVRTC (which gets no include paths here).
+
+const HEADER: &str = include_str!("../cuda/bf16.cuh");
+const FILES: &[(&str, &str)] = &[
+    ("dispatch.cu", include_str!("../cuda/dispatch.cu")),
+    ("grouped_gemm.cu", include_str!("../cuda/grouped_gemm.cu")),
+    ("swiglu.cu", include_str!("../cuda/swiglu.cu")),
+    ("combine.cu", include_str!("../cuda/combine.cu")),
+];
+
+/// Kernel entry points, loaded by name.
+pub const KERNELS: &[&str] = &["gather_rows", "grouped_gemm_nt", "swiglu_fwd", "combine_fwd"];
+
+/// All kernels as one source: the shared header once, then every file without its `#include` of it.
+pub fn translation_unit() -> String {
+    let mut src = HEADER.replace("#pragma once", "");
+    for (name, text) in FILES {
+        src.push_str(&format!("\n// ---- {name}\n"));
+        for line in text.lines() {
+            if !line.trim_start().starts_with("#include \"bf16.cuh\"") {
+                src.push_str(line);
+                src.push('\n');
+            }
+        }
+    }
+    src
+}

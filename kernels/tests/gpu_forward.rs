@@ -1,0 +1,147 @@
+//! The simple GPU forward (bf16 storage, f32 accumulation) against the exact oracle, stage by stage: each
+//! stage is recomputed exactly from the GPU's own inputs to that stage and must lie within an a-priori
+//! bound of f32 accumulation plus one bf16 rounding. Skips visibly without a GPU; fails with REQUIRE_GPU=1.
+
+use moe_kernels::{gpu_for_test, Gpu, Routing};
+use moe_reference::config::{Activation, MoeConfig};
+use moe_reference::exact;
+use ndarray::{Array2, Array3};
+
+const U32: f64 = 1.0 / (1u64 << 24) as f64; // f32 unit roundoff
+const UBF: f64 = 1.0 / 256.0; // bf16 unit roundoff (8-bit significand)
+
+struct Gen(u64);
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn bf16(&mut self, scale: f64) -> f64 {
+        let v = (self.unit() * 2.0 - 1.0) * scale * 1.7;
+        half::bf16::from_f64(v).to_f64()
+    }
+}
+
+fn gamma(k: usize) -> f64 {
+    let ku = k as f64 * U32;
+    ku / (1.0 - ku)
+}
+
+/// A case: routing with distinct experts per token, some -1 slots, optionally forced counts.
+fn case(seed: u64, t: usize, h: usize, i: usize, e: usize, k: usize, act: Activation, unused: f64) -> (MoeConfig, Array2<f64>, Array3<f64>, Array3<f64>, Array2<i32>, Array2<f32>) {
+    let mut g = Gen(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1);
+    let cfg = MoeConfig { tokens: t, hidden: h, intermediate: i, experts: e, top_k: k, activation: act, routing: None, recipe: "bf16".into(), ep_ranks: 1 };
+    let x = Array2::from_shape_fn((t, h), |_| g.bf16(1.0));
+    let w13 = Array3::from_shape_fn((e, 2 * i, h), |_| g.bf16(0.1));
+    let w2 = Array3::from_shape_fn((e, h, i), |_| g.bf16(0.1));
+    let mut ids = Array2::from_elem((t, k), -1i32);
+    let mut w = Array2::zeros((t, k));
+    for tok in 0..t {
+        let mut chosen: Vec<i32> = Vec::new();
+        for j in 0..k {
+            if g.unit() < unused {
+                continue;
+            }
+            let mut id = (g.next() % e as u64) as i32;
+            while chosen.contains(&id) {
+                id = (id + 1) % e as i32;
+            }
+            chosen.push(id);
+            ids[[tok, j]] = id;
+            w[[tok, j]] = g.unit() as f32;
+        }
+    }
+    (cfg, x, w13, w2, ids, w)
+}
+
+/// Check `got` against the exact dot products `Σ a·b` with bound γ_K·Σ|a·b| (f32 accumulation) plus one
+/// bf16 rounding of the result; returns the worst error/bound ratio.
+fn check_dots(stage: &str, got: f32, pairs: &[(f64, f64)]) -> f64 {
+    let exact = exact::dot(pairs.iter().copied());
+    let abs: f64 = pairs.iter().map(|(a, b)| (a * b).abs()).sum();
+    let acc = gamma(pairs.len()) * abs * (1.0 + 1e-12);
+    let bound = acc + UBF * (exact.abs() + acc) + f64::MIN_POSITIVE;
+    let err = (got as f64 - exact).abs();
+    assert!(err <= bound, "{stage}: got {got:e}, exact {exact:e}, error {err:e} > bound {bound:e}");
+    err / bound
+}
+
+fn check_case(gpu: &Gpu, cfg: &MoeConfig, x: &Array2<f64>, w13: &Array3<f64>, w2: &Array3<f64>, ids: &Array2<i32>, w: &Array2<f32>) -> f64 {
+    let routing = Routing::Given { topk_ids: ids.clone(), topk_weights: w.clone() };
+    let out = gpu.forward(cfg, x, w13, w2, &routing).expect("gpu forward");
+    let again = gpu.forward(cfg, x, w13, w2, &routing).expect("gpu forward");
+    assert!(out.y.iter().zip(again.y.iter()).all(|(a, b)| a.to_bits() == b.to_bits()), "forward is not bitwise deterministic");
+    let (hd, id, k) = (cfg.hidden, cfg.intermediate, cfg.top_k);
+    let rows = &out.rows;
+    let mut worst = 0.0f64;
+    for e in 0..cfg.experts {
+        for r in rows.expert_rows(e) {
+            let t = rows.row_token[r];
+            for n in 0..2 * id {
+                let pairs: Vec<(f64, f64)> = (0..hd).map(|c| (x[[t, c]], w13[[e, n, c]])).collect();
+                worst = worst.max(check_dots("fwd.h", out.h[[r, n]], &pairs));
+            }
+            for c in 0..id {
+                let (gv, uv) = (out.h[[r, c]] as f64, out.h[[r, id + c]] as f64);
+                let exact_a = moe_reference::act::forward(cfg.activation, gv, uv);
+                let bound = (UBF + 16.0 * U32) * exact_a.abs() + 16.0 * U32 * (gv * uv).abs() * 0.0 + 1e-30;
+                let err = (out.a[[r, c]] as f64 - exact_a).abs();
+                assert!(err <= bound, "fwd.a row {r} col {c}: got {}, exact {exact_a:e}", out.a[[r, c]]);
+                worst = worst.max(err / bound);
+            }
+            for n in 0..hd {
+                let pairs: Vec<(f64, f64)> = (0..id).map(|c| (out.a[[r, c]] as f64, w2[[e, n, c]])).collect();
+                worst = worst.max(check_dots("fwd.o", out.o[[r, n]], &pairs));
+            }
+        }
+    }
+    for t in 0..cfg.tokens {
+        for c in 0..hd {
+            let pairs: Vec<(f64, f64)> = (0..k)
+                .filter_map(|j| rows.slot_row[t * k + j].map(|r| (w[[t, j]] as f64, out.o[[r, c]] as f64)))
+                .collect();
+            worst = worst.max(check_dots("y", out.y[[t, c]], &pairs));
+        }
+    }
+    worst
+}
+
+#[test]
+fn forward_matches_the_oracle_stage_by_stage() {
+    let Some(gpu) = gpu_for_test("forward_matches_the_oracle_stage_by_stage") else { return };
+    eprintln!("GPU: {}", gpu.name);
+    let clamped = Activation::SwigluClamped { alpha: 1.702, limit: 7.0 };
+    // (seed, T, H, I, E, k, activation, fraction of -1 slots): edge cases of the golden set included.
+    let cases = [
+        (1, 32, 64, 32, 8, 2, Activation::Swiglu, 0.0),
+        (2, 1, 48, 16, 4, 4, Activation::Swiglu, 0.0),     // T = 1, k = E
+        (3, 40, 32, 16, 8, 2, clamped, 0.2),               // -1 slots, clamped SwiGLU
+        (4, 20, 32, 16, 16, 1, Activation::Swiglu, 0.0),   // empty experts
+        (5, 0, 32, 16, 4, 2, Activation::Swiglu, 0.0),     // no tokens
+        (6, 12, 32, 16, 4, 2, Activation::Swiglu, 1.0),    // every slot -1
+        (7, 127, 64, 32, 1, 1, Activation::Swiglu, 0.0),   // 127 rows on one expert
+        (8, 128, 64, 32, 1, 1, Activation::Swiglu, 0.0),   // 128
+        (9, 129, 64, 32, 1, 1, Activation::Swiglu, 0.0),   // 129
+        (10, 64, 256, 96, 8, 4, Activation::Swiglu, 0.05), // longer contractions
+    ];
+    let mut worst = 0.0f64;
+    for (seed, t, h, i, e, k, act, unused) in cases {
+        let (cfg, x, w13, w2, ids, w) = case(seed, t, h, i, e, k, act, unused);
+        worst = worst.max(check_case(&gpu, &cfg, &x, &w13, &w2, &ids, &w));
+    }
+    eprintln!("{} cases, worst error/bound {worst:.3}", cases.len());
+}
+
+#[test]
+fn no_gpu_is_an_error_not_a_panic() {
+    // With or without a GPU, opening a device that does not exist is an error value.
+    match Gpu::open(1000) {
+        Ok(_) => panic!("device 1000 should not exist"),
+        Err(e) => eprintln!("as expected: {e}"),
+    }
+}
