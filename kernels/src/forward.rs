@@ -16,13 +16,26 @@ pub enum Routing {
 }
 
 /// Forward results, decoded to f32 on the host: `fwd.h`, `fwd.a`, `fwd.o` in the expert-major row order
-/// of `rows`, and `y`.
+/// of `rows`, and `y`; and the backward's when an upstream gradient was given.
 pub struct GpuForward {
     pub rows: RowMap,
     pub h: Array2<f32>,
     pub a: Array2<f32>,
     pub o: Array2<f32>,
     pub y: Array2<f32>,
+    pub backward: Option<GpuBackward>,
+}
+
+/// Backward results: `bwd.do`, `bwd.da`, `bwd.dh`, `bwd.dx_rows` (bf16 values), the gradients.
+pub struct GpuBackward {
+    pub do_: Array2<f32>,
+    pub da: Array2<f32>,
+    pub dh: Array2<f32>,
+    pub dx_rows: Array2<f32>,
+    pub grad_x: Array2<f32>,
+    pub grad_w13: Array3<f32>,
+    pub grad_w2: Array3<f32>,
+    pub grad_topk_weights: Array2<f32>,
 }
 
 fn launch_cfg(n: usize) -> Result<LaunchConfig, GpuError> {
@@ -59,8 +72,9 @@ impl Gpu {
         Ok(v)
     }
 
-    /// Run the forward pass. `x` [T, H], `w13` [E, 2I, H], `w2` [E, H, I] are rounded to bf16 on upload
-    /// (pass bf16-valued data to compare with the oracle on the same inputs).
+    /// Run the forward pass, and the backward when `dy` [T, H] is given. `x` [T, H], `w13` [E, 2I, H],
+    /// `w2` [E, H, I] and `dy` are rounded to bf16 on upload (pass bf16-valued data to compare with the
+    /// oracle on the same inputs).
     pub fn forward(
         &self,
         cfg: &MoeConfig,
@@ -68,6 +82,7 @@ impl Gpu {
         w13: &Array3<f64>,
         w2: &Array3<f64>,
         routing: &Routing,
+        dy: Option<&Array2<f64>>,
     ) -> Result<GpuForward, GpuError> {
         let (t, hd, id, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
         let Routing::Given { topk_ids, topk_weights } = routing;
@@ -123,6 +138,80 @@ impl Gpu {
                     .launch(launch_cfg(t * hd)?)?;
             }
         }
+        let backward = match dy {
+            None => None,
+            Some(dy) => {
+                if dy.dim() != (t, hd) {
+                    return Err(GpuError::Input("dy shape does not match the config".into()));
+                }
+                let row_slot: Vec<i32> = rows.row_slot.iter().map(|&v| v as i32).collect();
+                let offsets: Vec<i32> = rows.expert_offsets.iter().map(|&v| v as i32).collect();
+                let d_dy = self.upload(&bits(dy.as_slice().expect("standard layout")))?;
+                let d_row_slot = self.upload(&row_slot)?;
+                let d_offsets = self.upload(&offsets)?;
+                let mut d_do = self.zeros::<u16>(m * hd)?;
+                let mut d_gw = self.zeros::<f32>(t * k)?;
+                let mut d_da = self.zeros::<u16>(m * id)?;
+                let mut d_dh = self.zeros::<u16>(m * 2 * id)?;
+                let mut d_dxr = self.zeros::<u16>(m * hd)?;
+                let mut d_gx = self.zeros::<u16>(t * hd)?;
+                let mut d_gw2 = self.zeros::<f32>(e * hd * id)?;
+                let mut d_gw13 = self.zeros::<f32>(e * 2 * id * hd)?;
+                let ei = to_i32(e, "experts")?;
+                // SAFETY: as for the forward launches above.
+                unsafe {
+                    if t > 0 {
+                        s.launch_builder(self.function("slot_dots"))
+                            .arg(&d_dy).arg(&d_o).arg(&d_slot_row).arg(&mut d_gw).arg(&ti).arg(&ki).arg(&hi)
+                            .launch(launch_cfg(t * k)?)?;
+                    }
+                    if m > 0 {
+                        s.launch_builder(self.function("dispatch_weighted"))
+                            .arg(&d_dy).arg(&d_weights).arg(&d_row_token).arg(&d_row_slot).arg(&mut d_do).arg(&mi).arg(&ki).arg(&hi)
+                            .launch(launch_cfg(m * hd)?)?;
+                        // da = do · w2[e]   (w2[e] is [H, I]: contraction over H)
+                        s.launch_builder(self.function("grouped_gemm_nn"))
+                            .arg(&d_do).arg(&d_w2).arg(&d_row_expert).arg(&mut d_da).arg(&mi).arg(&ii).arg(&hi)
+                            .launch(launch_cfg(m * id)?)?;
+                        s.launch_builder(self.function("swiglu_bwd"))
+                            .arg(&d_h).arg(&d_da).arg(&mut d_dh).arg(&mi).arg(&ii).arg(&alpha).arg(&limit)
+                            .launch(launch_cfg(m * id)?)?;
+                        // dx_rows = dh · w13[e]   (w13[e] is [2I, H]: contraction over 2I)
+                        s.launch_builder(self.function("grouped_gemm_nn"))
+                            .arg(&d_dh).arg(&d_w13).arg(&d_row_expert).arg(&mut d_dxr).arg(&mi).arg(&hi).arg(&i2)
+                            .launch(launch_cfg(m * hd)?)?;
+                    }
+                    // weight gradients run for every expert, so experts without rows get exact zeros
+                    s.launch_builder(self.function("grouped_wgrad"))
+                        .arg(&d_do).arg(&d_a).arg(&d_offsets).arg(&mut d_gw2).arg(&ei).arg(&hi).arg(&ii)
+                        .launch(launch_cfg(e * hd * id)?)?;
+                    s.launch_builder(self.function("grouped_wgrad"))
+                        .arg(&d_dh).arg(&d_xr).arg(&d_offsets).arg(&mut d_gw13).arg(&ei).arg(&i2).arg(&hi)
+                        .launch(launch_cfg(e * 2 * id * hd)?)?;
+                    if t > 0 {
+                        s.launch_builder(self.function("undispatch"))
+                            .arg(&d_dxr).arg(&d_slot_row).arg(&mut d_gx).arg(&ti).arg(&ki).arg(&hi)
+                            .launch(launch_cfg(t * hd)?)?;
+                    }
+                }
+                s.synchronize()?;
+                let f32s = |d: &CudaSlice<f32>, n: usize| -> Result<Vec<f32>, GpuError> {
+                    let mut v = s.clone_dtoh(d)?;
+                    v.truncate(n);
+                    Ok(v)
+                };
+                Some(GpuBackward {
+                    do_: decode(&self.download(&d_do, m * hd)?, (m, hd)),
+                    da: decode(&self.download(&d_da, m * id)?, (m, id)),
+                    dh: decode(&self.download(&d_dh, m * 2 * id)?, (m, 2 * id)),
+                    dx_rows: decode(&self.download(&d_dxr, m * hd)?, (m, hd)),
+                    grad_x: decode(&self.download(&d_gx, t * hd)?, (t, hd)),
+                    grad_w13: Array3::from_shape_vec((e, 2 * id, hd), f32s(&d_gw13, e * 2 * id * hd)?).expect("shape"),
+                    grad_w2: Array3::from_shape_vec((e, hd, id), f32s(&d_gw2, e * hd * id)?).expect("shape"),
+                    grad_topk_weights: Array2::from_shape_vec((t, k), f32s(&d_gw, t * k)?).expect("shape"),
+                })
+            }
+        };
         s.synchronize()?;
         Ok(GpuForward {
             h: decode(&self.download(&d_h, m * 2 * id)?, (m, 2 * id)),
@@ -130,6 +219,7 @@ impl Gpu {
             o: decode(&self.download(&d_o, m * hd)?, (m, hd)),
             y: decode(&self.download(&d_y, t * hd)?, (t, hd)),
             rows,
+            backward,
         })
     }
 }

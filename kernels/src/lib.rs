@@ -13,7 +13,7 @@ mod source;
 
 pub use device::Gpu;
 pub use error::GpuError;
-pub use forward::{GpuForward, Routing};
+pub use forward::{GpuBackward, GpuForward, Routing};
 
 /// Whether GPU tests must run (`REQUIRE_GPU=1`) rather than skip when no GPU is usable.
 pub fn gpu_required() -> bool {

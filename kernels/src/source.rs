@@ -6,10 +6,22 @@ const FILES: &[(&str, &str)] = &[
     ("grouped_gemm.cu", include_str!("../cuda/grouped_gemm.cu")),
     ("swiglu.cu", include_str!("../cuda/swiglu.cu")),
     ("combine.cu", include_str!("../cuda/combine.cu")),
+    ("combine_bwd.cu", include_str!("../cuda/combine_bwd.cu")),
 ];
 
 /// Kernel entry points, loaded by name.
-pub const KERNELS: &[&str] = &["gather_rows", "grouped_gemm_nt", "swiglu_fwd", "combine_fwd"];
+pub const KERNELS: &[&str] = &[
+    "gather_rows",
+    "grouped_gemm_nt",
+    "grouped_gemm_nn",
+    "grouped_wgrad",
+    "swiglu_fwd",
+    "swiglu_bwd",
+    "combine_fwd",
+    "dispatch_weighted",
+    "slot_dots",
+    "undispatch",
+];
 
 /// All kernels as one source: the shared header once, then every file without its `#include` of it.
 pub fn translation_unit() -> String {

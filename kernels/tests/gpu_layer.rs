@@ -1,4 +1,4 @@
-//! The simple GPU forward (bf16 storage, f32 accumulation) against the exact oracle, stage by stage: each
+//! The simple GPU forward and backward (bf16 storage, f32 accumulation) against the exact oracle, stage by stage: each
 //! stage is recomputed exactly from the GPU's own inputs to that stage and must lie within an a-priori
 //! bound of f32 accumulation plus one bf16 rounding. Skips visibly without a GPU; fails with REQUIRE_GPU=1.
 
@@ -59,13 +59,18 @@ fn case(seed: u64, t: usize, h: usize, i: usize, e: usize, k: usize, act: Activa
     (cfg, x, w13, w2, ids, w)
 }
 
-/// Check `got` against the exact dot products `Σ a·b` with bound γ_K·Σ|a·b| (f32 accumulation) plus one
-/// bf16 rounding of the result; returns the worst error/bound ratio.
+/// Check `got` against the exact dot product `Σ a·b` with bound γ_K·Σ|a·b| (f32 accumulation) plus one
+/// bf16 rounding of the result (stored as bf16); returns error/bound.
 fn check_dots(stage: &str, got: f32, pairs: &[(f64, f64)]) -> f64 {
+    check_dots_stored(stage, got, pairs, UBF)
+}
+
+/// The same with the storage's unit roundoff given (0 for results kept in f32).
+fn check_dots_stored(stage: &str, got: f32, pairs: &[(f64, f64)], storage: f64) -> f64 {
     let exact = exact::dot(pairs.iter().copied());
     let abs: f64 = pairs.iter().map(|(a, b)| (a * b).abs()).sum();
     let acc = gamma(pairs.len()) * abs * (1.0 + 1e-12);
-    let bound = acc + UBF * (exact.abs() + acc) + f64::MIN_POSITIVE;
+    let bound = acc + storage * (exact.abs() + acc) + f64::MIN_POSITIVE;
     let err = (got as f64 - exact).abs();
     assert!(err <= bound, "{stage}: got {got:e}, exact {exact:e}, error {err:e} > bound {bound:e}");
     err / bound
@@ -73,9 +78,16 @@ fn check_dots(stage: &str, got: f32, pairs: &[(f64, f64)]) -> f64 {
 
 fn check_case(gpu: &Gpu, cfg: &MoeConfig, x: &Array2<f64>, w13: &Array3<f64>, w2: &Array3<f64>, ids: &Array2<i32>, w: &Array2<f32>) -> f64 {
     let routing = Routing::Given { topk_ids: ids.clone(), topk_weights: w.clone() };
-    let out = gpu.forward(cfg, x, w13, w2, &routing).expect("gpu forward");
-    let again = gpu.forward(cfg, x, w13, w2, &routing).expect("gpu forward");
-    assert!(out.y.iter().zip(again.y.iter()).all(|(a, b)| a.to_bits() == b.to_bits()), "forward is not bitwise deterministic");
+    let mut g = Gen(cfg.tokens as u64 * 31 + 7);
+    let dy = Array2::from_shape_fn((cfg.tokens, cfg.hidden), |_| g.bf16(0.5));
+    let out = gpu.forward(cfg, x, w13, w2, &routing, Some(&dy)).expect("gpu forward");
+    let again = gpu.forward(cfg, x, w13, w2, &routing, Some(&dy)).expect("gpu forward");
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    let (b1, b2) = (out.backward.as_ref().unwrap(), again.backward.as_ref().unwrap());
+    assert!(same(out.y.as_slice().unwrap(), again.y.as_slice().unwrap()), "y is not bitwise deterministic");
+    assert!(same(b1.grad_x.as_slice().unwrap(), b2.grad_x.as_slice().unwrap()), "grad.x is not bitwise deterministic");
+    assert!(same(b1.grad_w13.as_slice().unwrap(), b2.grad_w13.as_slice().unwrap()), "grad.w13 is not deterministic");
+    assert!(same(b1.grad_w2.as_slice().unwrap(), b2.grad_w2.as_slice().unwrap()), "grad.w2 is not deterministic");
     let (hd, id, k) = (cfg.hidden, cfg.intermediate, cfg.top_k);
     let rows = &out.rows;
     let mut worst = 0.0f64;
@@ -108,12 +120,85 @@ fn check_case(gpu: &Gpu, cfg: &MoeConfig, x: &Array2<f64>, w13: &Array3<f64>, w2
             worst = worst.max(check_dots("y", out.y[[t, c]], &pairs));
         }
     }
+    worst.max(check_backward(cfg, x, w13, w2, w, &dy, &out))
+}
+
+/// Every backward stage, recomputed exactly from the GPU's own inputs to that stage.
+fn check_backward(cfg: &MoeConfig, x: &Array2<f64>, w13: &Array3<f64>, w2: &Array3<f64>, w: &Array2<f32>, dy: &Array2<f64>, out: &moe_kernels::GpuForward) -> f64 {
+    let b = out.backward.as_ref().expect("backward ran");
+    let (hd, id, k, e_n) = (cfg.hidden, cfg.intermediate, cfg.top_k, cfg.experts);
+    let rows = &out.rows;
+    let mut worst = 0.0f64;
+    for t in 0..cfg.tokens {
+        for j in 0..k {
+            match rows.slot_row[t * k + j] {
+                Some(r) => {
+                    let pairs: Vec<(f64, f64)> = (0..hd).map(|c| (dy[[t, c]], out.o[[r, c]] as f64)).collect();
+                    worst = worst.max(check_dots_stored("grad.topk_weights", b.grad_topk_weights[[t, j]], &pairs, 0.0));
+                }
+                None => assert_eq!(b.grad_topk_weights[[t, j]], 0.0, "a -1 slot gets zero gradient"),
+            }
+        }
+    }
+    for e in 0..e_n {
+        for r in rows.expert_rows(e) {
+            let (t, j) = (rows.row_token[r], rows.row_slot[r]);
+            for c in 0..hd {
+                // one f32 product, then bf16 storage
+                worst = worst.max(check_dots_stored("bwd.do", b.do_[[r, c]], &[(w[[t, j]] as f64, dy[[t, c]])], UBF + U32));
+            }
+            for n in 0..id {
+                let pairs: Vec<(f64, f64)> = (0..hd).map(|c| (b.do_[[r, c]] as f64, w2[[e, c, n]])).collect();
+                worst = worst.max(check_dots("bwd.da", b.da[[r, n]], &pairs));
+            }
+            for c in 0..id {
+                let (gv, uv, dav) = (out.h[[r, c]] as f64, out.h[[r, id + c]] as f64, b.da[[r, c]] as f64);
+                let (dg, du) = moe_reference::act::backward(cfg.activation, gv, uv, dav);
+                // f32 evaluation (a few roundings around one expf, with the cancellation in 1 + g(1-σ)
+                // bounded absolutely), then bf16 storage.
+                let scale = (dav * uv).abs() * (1.0 + gv.abs()) + (dav * gv).abs();
+                for (stage, got, exact_v) in [("bwd.dh gate", b.dh[[r, c]], dg), ("bwd.dh up", b.dh[[r, id + c]], du)] {
+                    let bound = (UBF + 32.0 * U32) * exact_v.abs() + 32.0 * U32 * scale * (1.0 + UBF) + 1e-30;
+                    let err = (got as f64 - exact_v).abs();
+                    assert!(err <= bound, "{stage} row {r} col {c}: got {got:e}, exact {exact_v:e}");
+                    worst = worst.max(err / bound);
+                }
+            }
+            for n in 0..hd {
+                let pairs: Vec<(f64, f64)> = (0..2 * id).map(|c| (b.dh[[r, c]] as f64, w13[[e, c, n]])).collect();
+                worst = worst.max(check_dots("bwd.dx_rows", b.dx_rows[[r, n]], &pairs));
+            }
+        }
+        let er = rows.expert_rows(e);
+        for p in 0..hd {
+            for q in 0..id {
+                let pairs: Vec<(f64, f64)> = er.clone().map(|r| (b.do_[[r, p]] as f64, out.a[[r, q]] as f64)).collect();
+                worst = worst.max(check_dots_stored("grad.w2", b.grad_w2[[e, p, q]], &pairs, 0.0));
+            }
+        }
+        for p in 0..2 * id {
+            for q in 0..hd {
+                let pairs: Vec<(f64, f64)> = er.clone().map(|r| (b.dh[[r, p]] as f64, x[[rows.row_token[r], q]])).collect();
+                worst = worst.max(check_dots_stored("grad.w13", b.grad_w13[[e, p, q]], &pairs, 0.0));
+            }
+        }
+        if er.is_empty() {
+            assert!(b.grad_w13.index_axis(ndarray::Axis(0), e).iter().all(|&v| v.to_bits() == 0), "empty expert {e}: grad.w13 not exactly zero");
+            assert!(b.grad_w2.index_axis(ndarray::Axis(0), e).iter().all(|&v| v.to_bits() == 0), "empty expert {e}: grad.w2 not exactly zero");
+        }
+    }
+    for t in 0..cfg.tokens {
+        for c in 0..hd {
+            let pairs: Vec<(f64, f64)> = (0..k).filter_map(|j| rows.slot_row[t * k + j].map(|r| (b.dx_rows[[r, c]] as f64, 1.0))).collect();
+            worst = worst.max(check_dots("grad.x", b.grad_x[[t, c]], &pairs));
+        }
+    }
     worst
 }
 
 #[test]
-fn forward_matches_the_oracle_stage_by_stage() {
-    let Some(gpu) = gpu_for_test("forward_matches_the_oracle_stage_by_stage") else { return };
+fn forward_and_backward_match_the_oracle_stage_by_stage() {
+    let Some(gpu) = gpu_for_test("forward_and_backward_match_the_oracle_stage_by_stage") else { return };
     eprintln!("GPU: {}", gpu.name);
     let clamped = Activation::SwigluClamped { alpha: 1.702, limit: 7.0 };
     // (seed, T, H, I, E, k, activation, fraction of -1 slots): edge cases of the golden set included.
