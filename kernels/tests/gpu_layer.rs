@@ -230,3 +230,30 @@ fn no_gpu_is_an_error_not_a_panic() {
         Err(e) => eprintln!("as expected: {e}"),
     }
 }
+
+#[test]
+fn random_shapes_and_routings_match_the_oracle() {
+    use proptest::test_runner::{Config, TestRunner};
+    let Some(gpu) = gpu_for_test("random_shapes_and_routings_match_the_oracle") else { return };
+    let cases = std::env::var("GPU_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64u32);
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    let count = std::cell::Cell::new(0usize);
+    let worst = std::cell::Cell::new(0.0f64);
+    // flat tuple, clamped below so that shrinking stays meaningful
+    let strategy = (0usize..48, 1usize..80, 1usize..40, 1usize..10, 1usize..10, 0u8..3, 0u8..4, proptest::num::u64::ANY);
+    runner
+        .run(&strategy, |(t, h, i, e, k, act, unused, seed)| {
+            let k = k.min(e);
+            let act = match act {
+                0 | 1 => Activation::Swiglu,
+                _ => Activation::SwigluClamped { alpha: 1.702, limit: 7.0 },
+            };
+            let unused = [0.0, 0.0, 0.3, 1.0][unused as usize];
+            let (cfg, x, w13, w2, ids, w) = case(seed, t, h, i, e, k, act, unused);
+            worst.set(worst.get().max(check_case(&gpu, &cfg, &x, &w13, &w2, &ids, &w)));
+            count.set(count.get() + 1);
+            Ok(())
+        })
+        .unwrap();
+    eprintln!("{} random cases passed, worst error/bound {:.3}", count.get(), worst.get());
+}
