@@ -78,8 +78,26 @@ fn with_contiguous<R>(x: ArrayView2<f64>, f: impl FnOnce(ArrayView2<f64>) -> R) 
         return f(x);
     }
     let mut buf = scratch::take(x.len());
-    for (dst, src) in buf.iter_mut().zip(x.iter()) {
-        *dst = *src;
+    let (rows, cols) = x.dim();
+    if x.t().is_standard_layout() {
+        // A transposed row-major array (weights used as Wᵀ): copy in tiles so that both the reads and the
+        // writes stay within a few cache lines.
+        const TILE: usize = 32;
+        let src = x.t();
+        let src = src.as_slice().expect("standard layout");
+        for r0 in (0..rows).step_by(TILE) {
+            for c0 in (0..cols).step_by(TILE) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    for r in r0..(r0 + TILE).min(rows) {
+                        buf[r * cols + c] = src[c * rows + r];
+                    }
+                }
+            }
+        }
+    } else {
+        for (dst, src) in buf.iter_mut().zip(x.iter()) {
+            *dst = *src;
+        }
     }
     let r = f(ArrayView2::from_shape(x.dim(), &buf).expect("shape matches length"));
     scratch::give(buf);
