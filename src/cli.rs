@@ -58,8 +58,18 @@ pub struct RunArgs {
     /// Accept NaN and infinities in the inputs.
     #[arg(long)]
     pub allow_nonfinite: bool,
+    /// Where to run: `cpu` is the exact oracle; `cuda` runs the GPU kernels (bf16 storage, f32
+    /// accumulation) on GPU 0 and writes their results as a candidate file (F32).
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
     #[command(flatten)]
     pub common: CommonArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DeviceArg {
+    Cpu,
+    Cuda,
 }
 
 #[derive(Debug, Args)]
@@ -120,6 +130,9 @@ pub enum CliError {
     /// In-memory inputs (the demo) failed validation.
     #[error("demo inputs: {0}")]
     Inputs(CaseError),
+    /// Running on the GPU.
+    #[error("{0}")]
+    Gpu(#[from] crate::gpu::GpuRunError),
 }
 
 fn case_msg(path: &Path, e: &CaseError) -> String {
@@ -252,6 +265,12 @@ fn run_case(path: &Path, args: &RunArgs) -> Result<(), CliError> {
         if case.inputs.dy.is_some() { ", with dy" } else { "" },
         ms(t)
     ));
+    if args.device == DeviceArg::Cuda {
+        let t = Instant::now();
+        let n = crate::gpu::run_on_gpu(&case.inputs, &case.config_json, &args.output, args.common.intermediates)?;
+        println!("moe-oracle run {} --device cuda: wrote {n} tensors to {} in {:.1} ms", path.display(), args.output.display(), ms(t));
+        return Ok(());
+    }
     let s = execute(&case.inputs, &case.config_json, &args.output, &args.common)?;
     print_summary(&format!("moe-oracle run {}", path.display()), &s, &args.output);
     Ok(())
