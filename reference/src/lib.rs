@@ -14,6 +14,7 @@ pub mod act;
 pub mod config;
 pub mod dispatch;
 pub mod exact;
+pub mod formats;
 pub mod gemm;
 pub mod layer;
 pub mod route;
