@@ -55,7 +55,81 @@ fn decode(v: &[u16], shape: (usize, usize)) -> Array2<f32> {
     Array2::from_shape_vec(shape, v.iter().map(|&b| bf16::from_bits(b).to_f32()).collect()).expect("shape")
 }
 
+/// The row map on the device.
+struct DeviceRows {
+    row_token: CudaSlice<i32>,
+    row_slot: CudaSlice<i32>,
+    row_expert: CudaSlice<i32>,
+    slot_row: CudaSlice<i32>,
+    offsets: CudaSlice<i32>,
+}
+
 impl Gpu {
+    /// Routing to rows on the GPU (counts, offsets, expert-major order, -1 slots), after checking the ids
+    /// on the host; returns the map also as a host `RowMap` (read back) for the caller and the tests.
+    fn route_rows(&self, topk_ids: &Array2<i32>, e: usize) -> Result<(RowMap, DeviceRows), GpuError> {
+        let (t, k) = topk_ids.dim();
+        for (tok, row) in topk_ids.rows().into_iter().enumerate() {
+            for (j, &id) in row.iter().enumerate() {
+                if id < -1 || id >= e as i32 {
+                    return Err(GpuError::Input(format!("topk_ids[{tok}, {j}] = {id} is not -1 or an expert in 0..{e}")));
+                }
+                if id >= 0 && row.iter().take(j).any(|&p| p == id) {
+                    return Err(GpuError::Input(format!("topk_ids: token {tok} names expert {id} twice")));
+                }
+            }
+        }
+        let s = &self.stream;
+        let ids: Vec<i32> = topk_ids.iter().copied().collect();
+        let d_ids = self.upload(&ids)?;
+        let mut counts = self.zeros::<i32>(e)?;
+        let mut offsets = self.zeros::<i32>(e + 1)?;
+        let (ei, slots, ti, ki) = (to_i32(e, "experts")?, to_i32(t * k, "slots")?, to_i32(t, "tokens")?, to_i32(k, "top_k")?);
+        let per_expert = LaunchConfig { grid_dim: (e.div_ceil(128) as u32, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: argument lists match cuda/route_rows.cu; buffers sized from the same dims.
+        unsafe {
+            s.launch_builder(self.function("expert_counts")).arg(&d_ids).arg(&slots).arg(&ei).arg(&mut counts).launch(per_expert)?;
+            s.launch_builder(self.function("expert_offsets")).arg(&counts).arg(&ei).arg(&mut offsets).launch(one)?;
+        }
+        let host_offsets = s.clone_dtoh(&offsets)?;
+        let m = host_offsets[e] as usize;
+        let mut row_token = self.zeros::<i32>(m)?;
+        let mut row_slot = self.zeros::<i32>(m)?;
+        let mut row_expert = self.zeros::<i32>(m)?;
+        let mut slot_row = self.zeros::<i32>(t * k)?;
+        // SAFETY: as above.
+        unsafe {
+            if t * k > 0 {
+                s.launch_builder(self.function("clear_slot_rows")).arg(&mut slot_row).arg(&slots).launch(launch_cfg(t * k)?)?;
+            }
+            s.launch_builder(self.function("fill_rows"))
+                .arg(&d_ids).arg(&ti).arg(&ki).arg(&ei).arg(&offsets)
+                .arg(&mut row_token).arg(&mut row_slot).arg(&mut row_expert).arg(&mut slot_row)
+                .launch(per_expert)?;
+        }
+        let back = |d: &CudaSlice<i32>, n: usize| -> Result<Vec<usize>, GpuError> {
+            let mut v = s.clone_dtoh(d)?;
+            v.truncate(n);
+            Ok(v.into_iter().map(|x| x as usize).collect())
+        };
+        let slot_rows: Vec<i32> = {
+            let mut v = s.clone_dtoh(&slot_row)?;
+            v.truncate(t * k);
+            v
+        };
+        let map = RowMap {
+            tokens: t,
+            top_k: k,
+            experts: e,
+            row_token: back(&row_token, m)?,
+            row_slot: back(&row_slot, m)?,
+            expert_offsets: host_offsets.iter().map(|&o| o as usize).collect(),
+            slot_row: slot_rows.iter().map(|&r| (r >= 0).then_some(r as usize)).collect(),
+        };
+        Ok((map, DeviceRows { row_token, row_slot, row_expert, slot_row, offsets }))
+    }
+
     /// Upload (never an empty allocation: CUDA refuses those).
     fn upload<T: cudarc::driver::DeviceRepr + Default + Clone>(&self, v: &[T]) -> Result<CudaSlice<T>, GpuError> {
         if v.is_empty() {
@@ -93,20 +167,13 @@ impl Gpu {
             Activation::Swiglu => (1.0f32, -1.0f32),
             Activation::SwigluClamped { alpha, limit } => (alpha as f32, limit as f32),
         };
-        let rows = RowMap::build(topk_ids.view(), e);
-        let m = rows.rows();
-        let row_token: Vec<i32> = rows.row_token.iter().map(|&v| v as i32).collect();
-        let row_expert: Vec<i32> =
-            (0..e).flat_map(|ex| std::iter::repeat_n(ex as i32, rows.expert_rows(ex).len())).collect();
-        let slot_row: Vec<i32> = rows.slot_row.iter().map(|r| r.map_or(-1, |r| r as i32)).collect();
-
         let s = &self.stream;
+        let (rows, dev_rows) = self.route_rows(topk_ids, e)?;
+        let m = rows.rows();
+        let DeviceRows { row_token: d_row_token, row_slot: d_row_slot, row_expert: d_row_expert, slot_row: d_slot_row, offsets: d_offsets } = dev_rows;
         let d_x = self.upload(&bits(x.as_slice().expect("standard layout")))?;
         let d_w13 = self.upload(&bits(w13.as_slice().expect("standard layout")))?;
         let d_w2 = self.upload(&bits(w2.as_slice().expect("standard layout")))?;
-        let d_row_token = self.upload(&row_token)?;
-        let d_row_expert = self.upload(&row_expert)?;
-        let d_slot_row = self.upload(&slot_row)?;
         let d_weights = self.upload(topk_weights.as_slice().expect("standard layout"))?;
         let mut d_xr = self.zeros::<u16>(m * hd)?;
         let mut d_h = self.zeros::<u16>(m * 2 * id)?;
@@ -144,11 +211,7 @@ impl Gpu {
                 if dy.dim() != (t, hd) {
                     return Err(GpuError::Input("dy shape does not match the config".into()));
                 }
-                let row_slot: Vec<i32> = rows.row_slot.iter().map(|&v| v as i32).collect();
-                let offsets: Vec<i32> = rows.expert_offsets.iter().map(|&v| v as i32).collect();
                 let d_dy = self.upload(&bits(dy.as_slice().expect("standard layout")))?;
-                let d_row_slot = self.upload(&row_slot)?;
-                let d_offsets = self.upload(&offsets)?;
                 let mut d_do = self.zeros::<u16>(m * hd)?;
                 let mut d_gw = self.zeros::<f32>(t * k)?;
                 let mut d_da = self.zeros::<u16>(m * id)?;

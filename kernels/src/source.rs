@@ -2,6 +2,7 @@
 
 const HEADER: &str = include_str!("../cuda/bf16.cuh");
 const FILES: &[(&str, &str)] = &[
+    ("route_rows.cu", include_str!("../cuda/route_rows.cu")),
     ("dispatch.cu", include_str!("../cuda/dispatch.cu")),
     ("grouped_gemm.cu", include_str!("../cuda/grouped_gemm.cu")),
     ("swiglu.cu", include_str!("../cuda/swiglu.cu")),
@@ -11,6 +12,10 @@ const FILES: &[(&str, &str)] = &[
 
 /// Kernel entry points, loaded by name.
 pub const KERNELS: &[&str] = &[
+    "expert_counts",
+    "expert_offsets",
+    "fill_rows",
+    "clear_slot_rows",
     "gather_rows",
     "grouped_gemm_nt",
     "grouped_gemm_nn",

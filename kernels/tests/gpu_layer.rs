@@ -90,6 +90,7 @@ fn check_case(gpu: &Gpu, cfg: &MoeConfig, x: &Array2<f64>, w13: &Array3<f64>, w2
     assert!(same(b1.grad_w2.as_slice().unwrap(), b2.grad_w2.as_slice().unwrap()), "grad.w2 is not deterministic");
     let (hd, id, k) = (cfg.hidden, cfg.intermediate, cfg.top_k);
     let rows = &out.rows;
+    assert_eq!(*rows, moe_reference::dispatch::RowMap::build(ids.view(), cfg.experts), "GPU routing-to-rows differs from the reference's");
     let mut worst = 0.0f64;
     for e in 0..cfg.experts {
         for r in rows.expert_rows(e) {
@@ -220,6 +221,14 @@ fn forward_and_backward_match_the_oracle_stage_by_stage() {
         worst = worst.max(check_case(&gpu, &cfg, &x, &w13, &w2, &ids, &w));
     }
     eprintln!("{} cases, worst error/bound {worst:.3}", cases.len());
+    // bad routing is an error value, not a kernel fault
+    let (cfg, x, w13, w2, mut ids, w) = case(11, 4, 16, 8, 4, 2, Activation::Swiglu, 0.0);
+    ids[[1, 0]] = 4;
+    let r = gpu.forward(&cfg, &x, &w13, &w2, &Routing::Given { topk_ids: ids.clone(), topk_weights: w.clone() }, None);
+    assert!(matches!(r, Err(moe_kernels::GpuError::Input(_))), "out-of-range id must be refused");
+    ids[[1, 0]] = ids[[1, 1]];
+    let r = gpu.forward(&cfg, &x, &w13, &w2, &Routing::Given { topk_ids: ids, topk_weights: w }, None);
+    assert!(matches!(r, Err(moe_kernels::GpuError::Input(_))), "a repeated id must be refused");
 }
 
 #[test]
