@@ -194,7 +194,7 @@ pub fn parse_case(bytes: &[u8], opts: ReadOptions) -> Result<Case, CaseError> {
 }
 
 /// Check the safetensors framing and parse the header; returns (header length, header).
-fn parse_framing(bytes: &[u8]) -> Result<(usize, Metadata), CaseError> {
+pub(crate) fn parse_framing(bytes: &[u8]) -> Result<(usize, Metadata), CaseError> {
     let len = bytes.len();
     if len < 8 {
         return Err(CaseError::Truncated(format!("{len} bytes, shorter than the 8-byte header length")));
@@ -328,7 +328,7 @@ fn check_dtype(name: &'static str, kind: Kind, dtype: Dtype) -> Result<(), CaseE
 }
 
 /// Little-endian float data of an accepted dtype, as f64 (every conversion exact).
-fn floats(dtype: Dtype, b: &[u8]) -> Vec<f64> {
+pub(crate) fn floats(dtype: Dtype, b: &[u8]) -> Vec<f64> {
     match dtype {
         Dtype::F64 => b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect(),
         Dtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
@@ -458,6 +458,9 @@ pub enum TensorData<'a> {
     BF16(CowArray<'a, bf16, IxDyn>),
     F16(CowArray<'a, f16, IxDyn>),
     I32(CowArray<'a, i32, IxDyn>),
+    /// Data of any dtype, written as given (little-endian, as a safetensors file stores it): tensors copied
+    /// unchanged from another file. `bytes` must hold exactly the shape's elements.
+    Raw { dtype: Dtype, shape: Vec<usize>, bytes: std::borrow::Cow<'a, [u8]> },
 }
 
 impl<'a> TensorData<'a> {
@@ -493,6 +496,7 @@ impl<'a> TensorData<'a> {
             TensorData::BF16(_) => Dtype::BF16,
             TensorData::F16(_) => Dtype::F16,
             TensorData::I32(_) => Dtype::I32,
+            TensorData::Raw { dtype, .. } => *dtype,
         }
     }
 
@@ -503,6 +507,7 @@ impl<'a> TensorData<'a> {
             TensorData::BF16(a) => a.shape(),
             TensorData::F16(a) => a.shape(),
             TensorData::I32(a) => a.shape(),
+            TensorData::Raw { shape, .. } => shape,
         }
     }
 
@@ -511,11 +516,15 @@ impl<'a> TensorData<'a> {
             TensorData::F64(_) => 8,
             TensorData::F32(_) | TensorData::I32(_) => 4,
             TensorData::BF16(_) | TensorData::F16(_) => 2,
+            TensorData::Raw { dtype, .. } => dtype.bitsize() / 8,
         }
     }
 
     fn byte_len(&self) -> usize {
-        self.shape().iter().product::<usize>() * self.elem_bytes()
+        match self {
+            TensorData::Raw { bytes, .. } => bytes.len(),
+            _ => self.shape().iter().product::<usize>() * self.elem_bytes(),
+        }
     }
 
     fn write_to(&self, w: &mut impl Write) -> std::io::Result<()> {
@@ -540,6 +549,7 @@ impl<'a> TensorData<'a> {
             TensorData::BF16(a) => put(w, a.iter().copied(), |v: bf16| v.to_bits().to_le_bytes()),
             TensorData::F16(a) => put(w, a.iter().copied(), |v: f16| v.to_bits().to_le_bytes()),
             TensorData::I32(a) => put(w, a.iter().copied(), i32::to_le_bytes),
+            TensorData::Raw { bytes, .. } => w.write_all(bytes),
         }
     }
 }

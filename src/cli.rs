@@ -4,6 +4,7 @@
 //! moe-oracle run CASE.safetensors -o OUT.safetensors [--intermediates] [--allow-nonfinite] [--engine ozaki|reference]
 //! moe-oracle run --demo -o OUT.safetensors
 //! moe-oracle demo -o OUT.safetensors [--seed N] [--save-case CASE.safetensors]
+//! moe-oracle cast IN.safetensors -o OUT.safetensors --format bf16|f16|e4m3|e5m2|e8m0|e2m1 [--saturate]
 //! ```
 //!
 //! Exit status 0 on success, 2 on any error (usage, bad input, failed write, internal error); an error is
@@ -18,6 +19,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use moe_reference::formats::{self, Format, Overflow};
 use moe_reference::gemm::Engine;
 use moe_reference::{layer, LayerInputs, Options};
 
@@ -42,6 +44,9 @@ pub enum Command {
     Run(RunArgs),
     /// Run the built-in demo case (T=16, H=64, I=32, E=8, k=2, softmax routing, bf16-valued inputs).
     Demo(DemoArgs),
+    /// Round every float tensor (F64, F32, BF16, F16) of a safetensors file to a low-precision format and
+    /// write the rounded values as F32, same names; other tensors and the metadata are copied unchanged.
+    Cast(CastArgs),
 }
 
 #[derive(Debug, Args)]
@@ -85,6 +90,49 @@ pub struct DemoArgs {
     pub save_case: Option<PathBuf>,
     #[command(flatten)]
     pub common: CommonArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CastArgs {
+    /// Input file (any safetensors file).
+    pub input: PathBuf,
+    /// Output file (safetensors).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Format to round to (round to nearest, ties to even; UE8M0: up from 1.5·2^e).
+    #[arg(long, value_enum)]
+    pub format: FormatArg,
+    /// Overflow and infinities become ±max (PTX satfinite; UE8M0: zero and negatives its smallest value)
+    /// instead of ml_dtypes' inf or NaN.
+    #[arg(long)]
+    pub saturate: bool,
+    /// No progress lines on stderr.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// `--format` of `cast`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    Bf16,
+    F16,
+    E4m3,
+    E5m2,
+    E8m0,
+    E2m1,
+}
+
+impl From<FormatArg> for Format {
+    fn from(f: FormatArg) -> Format {
+        match f {
+            FormatArg::Bf16 => Format::Bf16,
+            FormatArg::F16 => Format::F16,
+            FormatArg::E4m3 => Format::E4M3,
+            FormatArg::E5m2 => Format::E5M2,
+            FormatArg::E8m0 => Format::E8M0,
+            FormatArg::E2m1 => Format::E2M1,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -301,6 +349,108 @@ fn run_demo(output: &Path, seed: u64, save_case: Option<&Path>, common: &CommonA
     Ok(())
 }
 
+/// What `cast` did to one tensor.
+#[derive(Clone, Debug)]
+pub struct CastedTensor {
+    pub name: String,
+    /// The stored dtype of the input.
+    pub dtype: safetensors::Dtype,
+    pub shape: Vec<usize>,
+    /// Rounded (a float tensor, written as F32) or copied unchanged.
+    pub rounded: bool,
+    /// Values that rounding changed (NaN to NaN counts as unchanged).
+    pub changed: usize,
+    /// Values that were finite and came out as infinity or NaN (overflow).
+    pub overflowed: usize,
+}
+
+/// `x` rounded to `fmt`, as an f32 (exact: every value of these formats is an f32; a NaN keeps its sign).
+fn round_to_f32(fmt: Format, x: f64, overflow: Overflow) -> f32 {
+    let q = formats::quantize(fmt, x, overflow);
+    if q.is_nan() {
+        f32::NAN.copysign(if q.is_sign_negative() { -1.0 } else { 1.0 })
+    } else {
+        q as f32
+    }
+}
+
+/// Round every float tensor of `input` to `fmt` and write the file to `output` (F32 values, other tensors
+/// and the metadata unchanged). Nothing is written when anything fails.
+pub fn cast_file(input: &Path, output: &Path, fmt: Format, overflow: Overflow) -> Result<Vec<CastedTensor>, CliError> {
+    use safetensors::Dtype;
+    check_output(output)?;
+    let case_err = |e: CaseError| CliError::Case { path: input.to_path_buf(), source: e };
+    let bytes = std::fs::read(input).map_err(|e| case_err(CaseError::io(input, e)))?;
+    let (header_len, meta) = case::parse_framing(&bytes).map_err(case_err)?;
+    let data = &bytes[8 + header_len..];
+    let metadata: std::collections::BTreeMap<String, String> =
+        meta.metadata().as_ref().map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
+    let mut infos: Vec<(String, &safetensors::tensor::TensorInfo)> = meta.tensors().into_iter().collect();
+    infos.sort_by(|a, b| a.0.cmp(&b.0));
+
+    let mut tensors: Vec<(String, case::TensorData<'_>)> = Vec::with_capacity(infos.len());
+    let mut report = Vec::with_capacity(infos.len());
+    for (name, info) in infos {
+        let raw = &data[info.data_offsets.0..info.data_offsets.1];
+        let mut t = CastedTensor {
+            name: name.clone(),
+            dtype: info.dtype,
+            shape: info.shape.clone(),
+            rounded: false,
+            changed: 0,
+            overflowed: 0,
+        };
+        if matches!(info.dtype, Dtype::F64 | Dtype::F32 | Dtype::BF16 | Dtype::F16) {
+            use rayon::prelude::*;
+            let values = case::floats(info.dtype, raw);
+            let rounded: Vec<f32> = values.par_iter().map(|&x| round_to_f32(fmt, x, overflow)).collect();
+            for (&x, &q) in values.iter().zip(&rounded) {
+                let q = f64::from(q);
+                t.changed += usize::from(q != x && !(q.is_nan() && x.is_nan()));
+                t.overflowed += usize::from(x.is_finite() && !q.is_finite());
+            }
+            t.rounded = true;
+            let a = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&info.shape), rounded)
+                .expect("the header's shape matches its data (checked when reading)");
+            tensors.push((name, case::TensorData::F32(ndarray::CowArray::from(a))));
+        } else {
+            let bytes = std::borrow::Cow::Borrowed(raw);
+            tensors.push((name, case::TensorData::Raw { dtype: info.dtype, shape: info.shape.clone(), bytes }));
+        }
+        report.push(t);
+    }
+    case::write_tensors(output, &metadata, &tensors)
+        .map_err(|e| CliError::Write { path: output.to_path_buf(), source: e })?;
+    Ok(report)
+}
+
+fn run_cast(args: &CastArgs) -> Result<(), CliError> {
+    let p = Progress { quiet: args.quiet };
+    let fmt = Format::from(args.format);
+    let (overflow, mode) =
+        if args.saturate { (Overflow::Saturate, "saturating") } else { (Overflow::NonSaturating, "non-saturating") };
+    let t = Instant::now();
+    let report = cast_file(&args.input, &args.output, fmt, overflow)?;
+    p.line(format_args!("cast {} tensors to {fmt} ({mode}) in {:.1} ms", report.len(), ms(t)));
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "moe-oracle cast {}: {fmt}, {mode}", args.input.display());
+    let _ = writeln!(o, "  wrote {}:", args.output.display());
+    for t in &report {
+        let dtype = format!("{:?}", t.dtype);
+        if t.rounded {
+            let n: usize = t.shape.iter().product();
+            let _ = writeln!(
+                o,
+                "    {:<20} {dtype:<5} -> F32 {:?}: {} of {n} values changed, {} overflowed",
+                t.name, t.shape, t.changed, t.overflowed
+            );
+        } else {
+            let _ = writeln!(o, "    {:<20} {dtype:<5} {:?}: copied", t.name, t.shape);
+        }
+    }
+    Ok(())
+}
+
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match &cli.command {
@@ -309,6 +459,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             _ => run_demo(&args.output, 1, None, &args.common),
         },
         Command::Demo(args) => run_demo(&args.output, args.seed, args.save_case.as_deref(), &args.common),
+        Command::Cast(args) => run_cast(args),
     }
 }
 
