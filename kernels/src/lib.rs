@@ -6,6 +6,7 @@
 //! file per kernel family, and mirror the reference's stages (`dispatch`, grouped GEMM, SwiGLU, combine) so
 //! that a mismatch points at one place in each.
 
+pub mod check;
 mod device;
 mod error;
 mod forward;
