@@ -1,14 +1,19 @@
 //! Scalar formats and casts (`moe_reference::formats`) against a second, independent implementation
 //! written here from the definitions: every finite value of a format enumerated from its fields, sorted,
 //! and a cast found by *search* (the two neighbours of the input, the nearer one, a tie to the even
-//! mantissa code), followed by the overflow rules of `shared/docs/numerics.md`.
+//! mantissa code; for UE8M0, which has no mantissa bits, up), followed by the overflow rules of
+//! `shared/docs/numerics.md` and the conventions of `formats::policy`.
 //!
-//! - `sweep_strided_and_boundaries` (default suite): every 7th f32 bit pattern, and every pattern within
-//!   16 ulps of each value, each midpoint, the overflow thresholds and the specials of each format.
-//! - `sweep_exhaustive` (`#[ignore]`; `cargo test --release -p moe-reference --test formats --
-//!   --ignored`): all 2^32 f32 bit patterns for every format.
-//! - Round trips of every code, literal facts (maxima, thresholds, ties), `half` cross-checks, and spot
-//!   checks against ml_dtypes through `python3` (skipped, with a `SKIP:` line, without python3 or ml_dtypes).
+//! - `sweep_boundaries_all_roundings`: every f32 bit pattern within 16 ulps of each value, each midpoint,
+//!   the overflow thresholds and the specials of each format, in all 4 roundings x 2 overflow modes.
+//! - `sweep_strided`: every 7th f32 bit pattern in the default configuration (nearest, non-saturating),
+//!   every 112th in the others (saturating; UE8M0's round-down and round-up).
+//! - `sweep_exhaustive` (`#[ignore]`: minutes; `cargo test --release -p moe-reference --test formats --
+//!   --ignored`): all 2^32 f32 bit patterns for every format, nearest non-saturating, and UE8M0's
+//!   round-down and round-up.
+//! - f64 inputs (rounded once, not through f32), round trips of every code, literal facts (maxima,
+//!   thresholds, ties), `half` cross-checks, and spot checks against ml_dtypes through `python3` (skipped,
+//!   with a `SKIP:` line, without python3 or ml_dtypes).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -72,7 +77,7 @@ impl Table {
         let value = |c: u32| -> f64 {
             let ef = (c >> m) as i32;
             let f = (c & ((1 << m) - 1)) as f64;
-            let frac = f / 2f64.powi(m as i32);
+            let frac = f / 2f64.powi(m);
             if subnormals && ef == 0 {
                 frac * 2f64.powi(1 - bias)
             } else {
