@@ -51,6 +51,9 @@ fn choose(a: &RowStats, b: &RowStats, m: usize, n: usize, k: usize) -> Option<Oz
     let mut best: Option<(f64, OzakiPlan)> = None;
     for s_a in 1..w {
         let s_b = w - s_a;
+        if s_a > 51 || s_b > 51 {
+            continue; // the slicing's rounding trick needs |remainder| < 2^(unit + 51)
+        }
         for n_a in 1..=MAX_SLICES {
             let bits_a = (n_a * s_a as usize).min(NEED_CAP);
             let (rows_a, tail_a) = (a.rows_beyond(bits_a), a.elems_beyond(bits_a));
