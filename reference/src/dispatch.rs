@@ -110,7 +110,6 @@ impl RowMap {
                 );
             }
         });
-        let _ = h;
         y
     }
 

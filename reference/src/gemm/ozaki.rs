@@ -142,7 +142,8 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Ex
     if a.iter().chain(b.iter()).any(|v| !v.is_finite()) {
         return super::slow::matmul_nt(a, b, extra, c);
     }
-    let probe = std::env::var_os("MOE_ORACLE_GEMM_PROBE").is_some();
+    static PROBE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let probe = *PROBE.get_or_init(|| std::env::var_os("MOE_ORACLE_GEMM_PROBE").is_some());
     let t0 = std::time::Instant::now();
     let (sa, sb) = (RowStats::of(a), RowStats::of(b));
     let t_stats = t0.elapsed();
@@ -273,21 +274,19 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Ex
     if let Some(cap) = a_captured {
         super::scratch::give(cap);
     }
-    let xa_tail_rows = xa.tails.iter().filter(|t| !t.is_empty()).count();
-    let xb_tail_rows = xb.tails.iter().filter(|t| !t.is_empty()).count();
-    xa.recycle();
-    xb.recycle();
     if probe {
         eprintln!(
             "gemm {m}x{n}x{k} {plan:?}: tail rows a {} b {}; stats {:?} split {:?} gemm {:?} combine {:?}",
-            xa_tail_rows,
-            xb_tail_rows,
+            xa.tails.iter().filter(|t| !t.is_empty()).count(),
+            xb.tails.iter().filter(|t| !t.is_empty()).count(),
             t_stats,
             t_split - t_stats,
             t_gemm - t_split,
             t0.elapsed() - t_gemm
         );
     }
+    xa.recycle();
+    xb.recycle();
 }
 
 /// A 192-bit two's-complement integer: the exact sum of an entry's slice products when there are more
