@@ -687,6 +687,18 @@ pub fn write_outputs(path: &Path, config_json: &str, tensors: &[(String, TensorD
     write_tensors(path, &format_metadata(config_json), tensors)
 }
 
+/// [`write_outputs`] with extra metadata entries (e.g. `q.<name>.block`, the recipe).
+pub fn write_outputs_meta(
+    path: &Path,
+    config_json: &str,
+    extra: &BTreeMap<String, String>,
+    tensors: &[(String, TensorData<'_>)],
+) -> Result<(), CaseError> {
+    let mut meta = format_metadata(config_json);
+    meta.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+    write_tensors(path, &meta, tensors)
+}
+
 fn to_i32(name: &str, v: &[usize]) -> Result<Array1<i32>, CaseError> {
     v.iter()
         .map(|&x| i32::try_from(x))

@@ -47,6 +47,8 @@ pub enum Command {
     /// Round every float tensor (F64, F32, BF16, F16) of a safetensors file to a low-precision format and
     /// write the rounded values as F32, same names; other tensors and the metadata are copied unchanged.
     Cast(CastArgs),
+    /// List the low-precision recipes, or print one as JSON.
+    Recipes(RecipesArgs),
 }
 
 #[derive(Debug, Args)]
@@ -67,8 +69,29 @@ pub struct RunArgs {
     /// accumulation) on GPU 0 and writes their results as a candidate file (F32).
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
+    /// Emulate a low-precision recipe instead of the exact layer: fp32, bf16, fp8-block, fp8-block-te,
+    /// mxfp8, fp8-bwd, or a JSON file (`moe-oracle recipes --show NAME` prints one). Outputs are F32.
+    #[arg(long, conflicts_with = "device")]
+    pub recipe: Option<String>,
+    /// With --recipe: one accumulation model for every GEMM (exact, f32, f32-fma, hopper, hopper-fp8,
+    /// hopper-fp8-fast, blackwell) instead of the recipe's.
+    #[arg(long, requires = "recipe")]
+    pub accumulate: Option<String>,
+    /// With --recipe: also write every tensor's a-priori error bound as `bound.<name>` (F64).
+    #[arg(long, requires = "recipe")]
+    pub bounds: bool,
+    /// With --recipe: also run the exact oracle and print |emulated - exact| / bound per tensor.
+    #[arg(long, requires = "recipe")]
+    pub compare_exact: bool,
     #[command(flatten)]
     pub common: CommonArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RecipesArgs {
+    /// Print this recipe as JSON (the shape `run --recipe FILE.json` reads).
+    #[arg(long)]
+    pub show: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -181,6 +204,9 @@ pub enum CliError {
     /// Running on the GPU.
     #[error("{0}")]
     Gpu(#[from] crate::gpu::GpuRunError),
+    /// An unknown or malformed recipe.
+    #[error("{0}")]
+    Recipe(String),
 }
 
 fn case_msg(path: &Path, e: &CaseError) -> String {
@@ -319,6 +345,12 @@ fn run_case(path: &Path, args: &RunArgs) -> Result<(), CliError> {
         println!("moe-oracle run {} --device cuda: wrote {n} tensors to {} in {:.1} ms", path.display(), args.output.display(), ms(t));
         return Ok(());
     }
+    if let Some(r) = &args.recipe {
+        let recipe = crate::emulated::load_recipe(r, args.accumulate.as_deref())?;
+        let s = crate::emulated::execute(&case.inputs, &case.config_json, &args.output, &args.common, &recipe, args.bounds, args.compare_exact)?;
+        print_summary(&format!("moe-oracle run {} --recipe {}", path.display(), recipe.name), &s, &args.output);
+        return Ok(());
+    }
     let s = execute(&case.inputs, &case.config_json, &args.output, &args.common)?;
     print_summary(&format!("moe-oracle run {}", path.display()), &s, &args.output);
     Ok(())
@@ -346,6 +378,18 @@ fn run_demo(output: &Path, seed: u64, save_case: Option<&Path>, common: &CommonA
         &s,
         output,
     );
+    Ok(())
+}
+
+/// `run --demo --recipe R`: the demo case under an emulated recipe.
+fn run_demo_recipe(args: &RunArgs) -> Result<(), CliError> {
+    check_output(&args.output)?;
+    let recipe = crate::emulated::load_recipe(args.recipe.as_deref().unwrap_or("bf16"), args.accumulate.as_deref())?;
+    let inputs = demo::demo_inputs(1);
+    case::validate_inputs(&inputs, ReadOptions::default()).map_err(CliError::Inputs)?;
+    let cfg_json = case::config_json(&inputs.cfg);
+    let s = crate::emulated::execute(&inputs, &cfg_json, &args.output, &args.common, &recipe, args.bounds, args.compare_exact)?;
+    print_summary(&format!("moe-oracle run --demo --recipe {}", recipe.name), &s, &args.output);
     Ok(())
 }
 
@@ -456,8 +500,10 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     match &cli.command {
         Command::Run(args) => match (&args.case, args.demo) {
             (Some(path), false) => run_case(path, args),
+            _ if args.recipe.is_some() => run_demo_recipe(args),
             _ => run_demo(&args.output, 1, None, &args.common),
         },
+        Command::Recipes(args) => crate::emulated::recipes(args.show.as_deref()),
         Command::Demo(args) => run_demo(&args.output, args.seed, args.save_case.as_deref(), &args.common),
         Command::Cast(args) => run_cast(args),
     }

@@ -8,6 +8,7 @@
 pub mod case;
 pub mod cli;
 pub mod demo;
+pub mod emulated;
 pub mod error;
 pub mod gpu;
 

@@ -82,7 +82,7 @@ pub struct Backward {
 }
 
 /// Time a stage when `MOE_ORACLE_TIMING` is set (stderr), so a slow oracle run can be explained.
-fn timed<T>(name: &str, f: impl FnOnce() -> T) -> T {
+pub(crate) fn timed<T>(name: &str, f: impl FnOnce() -> T) -> T {
     if std::env::var_os("MOE_ORACLE_TIMING").is_none() {
         return f();
     }
@@ -94,7 +94,7 @@ fn timed<T>(name: &str, f: impl FnOnce() -> T) -> T {
 
 /// Run `f(e, rows_of_e)` for every expert, rank by rank, in parallel, each writing its block of rows of
 /// an [M, width] array in expert-major order.
-fn per_expert_rows<F>(rows: &RowMap, ranks: &RankLayout, width: usize, f: F) -> Array2<f64>
+pub(crate) fn per_expert_rows<F>(rows: &RowMap, ranks: &RankLayout, width: usize, f: F) -> Array2<f64>
 where
     F: Fn(usize, ArrayViewMut2<f64>) + Sync,
 {
@@ -111,7 +111,7 @@ where
 }
 
 /// Run `f(e, grad_of_e)` for every expert in parallel, each writing its [p, q] slice of an [E, p, q] array.
-fn per_expert_weights<F>(shape: (usize, usize, usize), f: F) -> Array3<f64>
+pub(crate) fn per_expert_weights<F>(shape: (usize, usize, usize), f: F) -> Array3<f64>
 where
     F: Fn(usize, ArrayViewMut2<f64>) + Sync,
 {
@@ -120,14 +120,11 @@ where
     out
 }
 
-pub fn forward(inp: &LayerInputs, opt: Options) -> Forward {
+/// The routing of a case: given top-k, or computed by the router (`logits = x·Rᵀ` exact, then [`route`]).
+/// Returns the router's results (when it ran), the logits, the ids and the combine weights.
+pub(crate) fn route_inputs(inp: &LayerInputs, opt: Options) -> (Option<Routed>, Option<Array2<f64>>, Array2<i32>, Array2<f64>) {
     let cfg = &inp.cfg;
-    let (hdim, idim) = (cfg.hidden, cfg.intermediate);
-    let mm = |a: ArrayView2<f64>, b: ArrayView2<f64>, out: ArrayViewMut2<f64>| {
-        gemm::matmul_nt_into(opt.engine, a, b, None, out)
-    };
-
-    let (routed, logits, topk_ids, topk_weights) = match (&inp.topk_ids, &inp.topk_weights) {
+    match (&inp.topk_ids, &inp.topk_weights) {
         (Some(ids), Some(w)) => (None, None, ids.clone(), w.clone()),
         _ => {
             let r = cfg.routing.as_ref().expect("validated: routing config present when topk is not given");
@@ -137,8 +134,17 @@ pub fn forward(inp: &LayerInputs, opt: Options) -> Forward {
             let (ids, w) = (routed.topk_ids.clone(), routed.topk_weights.clone());
             (Some(routed), Some(logits), ids, w)
         }
+    }
+}
+
+pub fn forward(inp: &LayerInputs, opt: Options) -> Forward {
+    let cfg = &inp.cfg;
+    let (hdim, idim) = (cfg.hidden, cfg.intermediate);
+    let mm = |a: ArrayView2<f64>, b: ArrayView2<f64>, out: ArrayViewMut2<f64>| {
+        gemm::matmul_nt_into(opt.engine, a, b, None, out)
     };
 
+    let (routed, logits, topk_ids, topk_weights) = route_inputs(inp, opt);
     let rows = RowMap::build(topk_ids.view(), cfg.experts);
     let ranks = rows.ranks(cfg.ep_ranks);
     let x_rows = rows.gather(inp.x.view());
@@ -241,4 +247,31 @@ pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Opti
     };
 
     Backward { grad_x, grad_w13, grad_w2, grad_topk_weights, grad_router_weight, dlogits, do_, da, dh, dx_rows }
+}
+
+/// An output or intermediate by its case-format name (`y`, `grad.x`, `fwd.h`, `bwd.dx_rows`, ...), or None
+/// when the run did not produce it.
+pub fn named_tensor<'a>(fwd: &'a Forward, bwd: Option<&'a Backward>, name: &str) -> Option<ndarray::ArrayViewD<'a, f64>> {
+    let f = |a: &'a Array2<f64>| Some(a.view().into_dyn());
+    match name {
+        "y" => f(&fwd.y),
+        "fwd.h" => f(&fwd.h),
+        "fwd.a" => f(&fwd.a),
+        "fwd.o" => f(&fwd.o),
+        _ => {
+            let b = bwd?;
+            match name {
+                "grad.x" => f(&b.grad_x),
+                "grad.w13" => Some(b.grad_w13.view().into_dyn()),
+                "grad.w2" => Some(b.grad_w2.view().into_dyn()),
+                "grad.topk_weights" => f(&b.grad_topk_weights),
+                "grad.router.weight" => b.grad_router_weight.as_ref().map(|a| a.view().into_dyn()),
+                "bwd.do" => f(&b.do_),
+                "bwd.da" => f(&b.da),
+                "bwd.dh" => f(&b.dh),
+                "bwd.dx_rows" => f(&b.dx_rows),
+                _ => None,
+            }
+        }
+    }
 }

@@ -16,7 +16,9 @@ pub mod dispatch;
 pub mod exact;
 pub mod formats;
 pub mod gemm;
+pub mod emulate;
 pub mod layer;
+pub mod recipe;
 pub mod route;
 
 pub use config::{Activation, MoeConfig, Routing};

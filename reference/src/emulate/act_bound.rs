@@ -1,0 +1,83 @@
+//! SwiGLU forward and backward as a kernel evaluates them in f32, with sound bounds.
+//!
+//! Inputs arrive as (emulated value, bound); the kernel's own inputs may differ from the exact ones by the
+//! bound, so the output's bound is the function's variation over that interval (Lipschitz constants of
+//! SiLU-like functions: `|d/dz (z·σ(z))| ≤ 1.0999`, `|d²/dz² (z·σ(z))| ≤ 0.5`) plus the f32 evaluation
+//! (a few correctly rounded operations around one `expf`; we allow 16 units of 2^-24 forward and 32
+//! backward, relative, which covers CUDA's `expf` (2 ulp) and the fast `__expf` in its range) and the
+//! storage rounding. Products use `|Π x̃ − Π x| ≤ Π(m + e) − Π m` for magnitudes `m ≥ |x|` and errors
+//! `e ≥ |x̃ − x|`.
+
+use crate::act;
+use crate::config::Activation;
+
+const U32: f64 = 1.0 / (1u64 << 24) as f64;
+/// Lipschitz constant of `z ↦ z·σ(z)`.
+const L1: f64 = 1.0999;
+/// Lipschitz constant of its derivative.
+const L2: f64 = 0.5;
+const EVAL_FWD: f64 = 16.0 * U32;
+const EVAL_BWD: f64 = 32.0 * U32;
+
+/// `(m, e)` pairs: bound on |Π x̃ − Π x|.
+fn product_bound(f: &[(f64, f64)]) -> f64 {
+    let with: f64 = f.iter().map(|(m, e)| m + e).product();
+    let without: f64 = f.iter().map(|(m, _)| m).product();
+    (with - without).max(0.0) * (1.0 + 8.0 * f64::EPSILON)
+}
+
+fn prod_mag(f: &[(f64, f64)]) -> f64 {
+    f.iter().map(|(m, e)| m + e).product()
+}
+
+/// Emulated `a` (before storage) and its bound (before storage), from `g`, `u` with bounds.
+pub fn forward(act_: Activation, g: f64, bg: f64, u: f64, bu: f64) -> (f64, f64) {
+    let v = act::forward(act_, g, u) as f32 as f64;
+    let mu = u.abs() + bu;
+    let factors = match act_ {
+        Activation::Swiglu => [(act::silu(g).abs() + L1 * bg, L1 * bg), (mu, bu)],
+        Activation::SwigluClamped { alpha, limit } => {
+            let gc = g.min(limit);
+            let glu = (gc * act::sigmoid(alpha * gc)).abs();
+            [(glu + L1 * bg, L1 * bg), (mu.min(limit) + 1.0, bu)]
+        }
+    };
+    let b = product_bound(&factors) + EVAL_FWD * prod_mag(&factors) + 4.0 * 2f64.powi(-149);
+    (v, b)
+}
+
+/// Whether the kernel's and the exact input may lie on different sides of a clamp at `limit` (the kernel
+/// is within `2b` of the emulated value).
+fn straddles(x: f64, b: f64, limit: f64) -> bool {
+    (x - 2.0 * b <= limit) != (x + 2.0 * b <= limit)
+}
+
+/// Emulated `(dg, du)` (before storage) and their bounds.
+pub fn backward(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, da: f64, bda: f64) -> ((f64, f64), (f64, f64)) {
+    let (dg, du) = act::backward(act_, g, u, da);
+    let (dg, du) = (dg as f32 as f64, du as f32 as f64);
+    let d = (da.abs() + bda, bda);
+    let mu = u.abs() + bu;
+    let (fg, fu): (Vec<(f64, f64)>, Vec<(f64, f64)>) = match act_ {
+        Activation::Swiglu => (
+            vec![d, (mu, bu), (act::silu_grad(g).abs() + L2 * bg, L2 * bg)],
+            vec![d, (act::silu(g).abs() + L1 * bg, L1 * bg)],
+        ),
+        Activation::SwigluClamped { alpha, limit } => {
+            let gc = g.min(limit);
+            let s = act::sigmoid(alpha * gc);
+            let glu = (gc * s).abs();
+            let dglu = (s * (1.0 + alpha * gc * (1.0 - s))).abs();
+            // The clamps' derivatives: 1 inside, 0 outside; uncertain (0 or 1) near the limit.
+            let ind = |inside: bool, unsure: bool| if unsure { (1.0, 1.0) } else { (if inside { 1.0 } else { 0.0 }, 0.0) };
+            let ig = ind(g <= limit, straddles(g, bg, limit));
+            let iu = ind(u.abs() <= limit, straddles(u.abs(), bu, limit));
+            (
+                vec![ig, d, (mu.min(limit) + 1.0, bu), (dglu + L2 * alpha * bg, L2 * alpha * bg)],
+                vec![iu, d, (glu + L1 * bg, L1 * bg)],
+            )
+        }
+    };
+    let bound = |f: &[(f64, f64)]| product_bound(f) + EVAL_BWD * prod_mag(f) + 8.0 * 2f64.powi(-149);
+    ((dg, bound(&fg)), (du, bound(&fu)))
+}

@@ -1,0 +1,453 @@
+//! The layer as a faithful kernel of a low-precision [`Recipe`] computes it, with a sound per-element error
+//! bound on every output and intermediate.
+//!
+//! Stage by stage, mirroring [`crate::layer`]: inputs rounded to the recipe's input precision; per expert,
+//! each GEMM's operands quantised as the recipe says ([`crate::quant`]) and accumulated under its model
+//! ([`crate::accum`]); SwiGLU and its backward evaluated as f32 code does; every stored tensor rounded to
+//! its storage precision. Each tensor is [`Tracked`]: the emulated value and a bound `b` such that
+//! |value of any faithful kernel − exact oracle value| ≤ b, elementwise ([`stage`] derives it).
+//!
+//! Routing is the exact oracle's (ids and weights), the weights rounded to the recipe's weight storage: the
+//! emulator does not model a low-precision router, and a kernel whose top-k differs from the oracle's
+//! (near-ties) must be checked with the routing given. `grad.topk_weights` is bounded for the row dot
+//! `<dy, o>`; `grad.router.weight` and the router's part of `grad.x` through the routing Jacobian.
+
+pub mod act_bound;
+pub mod tightness;
+pub mod operand;
+pub mod stage;
+
+use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Axis, Zip};
+use rayon::prelude::*;
+
+use crate::accum::{self, Model};
+use crate::config::MoeConfig;
+use crate::dispatch::RowMap;
+use crate::layer::{route_inputs, timed, Backward, Forward, LayerInputs, Options};
+use crate::quant::QuantTensor;
+use crate::recipe::{Recipe, Storage};
+use crate::route;
+
+pub use stage::{accumulation_coefficient, GemmPlan, Tracked};
+use stage::{dot_bound, gemm_stage, store};
+
+/// A recipe that cannot be run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EmulateError {
+    #[error("recipe: {0}")]
+    Recipe(String),
+}
+
+/// A quantised operand as the recipe fed it: element values and per-block dequant scales.
+#[derive(Clone, Debug)]
+pub struct Quantised {
+    /// `q.<name>` in the case format (`q.x`, `q.w13`, `q.fwd.a`, ...).
+    pub name: String,
+    pub format: crate::formats::Format,
+    /// Block shape in the tensor's own layout (`"1x128"`, `"128x128"`).
+    pub block: String,
+    pub q: ArrayD<f64>,
+    pub scale: ArrayD<f64>,
+}
+
+/// Emulated results, in the oracle's structures, and the bound of every tensor by its case-format name.
+pub struct Emulated {
+    pub recipe: Recipe,
+    pub fwd: Forward,
+    pub bwd: Option<Backward>,
+    pub bounds: Vec<(String, ArrayD<f64>)>,
+    pub quantised: Vec<Quantised>,
+}
+
+impl Emulated {
+    pub fn bound(&self, name: &str) -> Option<&ArrayD<f64>> {
+        self.bounds.iter().find(|(n, _)| n == name).map(|(_, b)| b)
+    }
+}
+
+/// The recipe's six GEMMs, parsed.
+struct Plans {
+    gemm1: GemmPlan,
+    gemm2: GemmPlan,
+    dgrad2: GemmPlan,
+    wgrad2: GemmPlan,
+    dgrad1: GemmPlan,
+    wgrad1: GemmPlan,
+    vector: Model,
+}
+
+impl Plans {
+    fn parse(r: &Recipe) -> Result<Plans, EmulateError> {
+        Ok(Plans {
+            gemm1: GemmPlan::parse("gemm1", &r.gemm1)?,
+            gemm2: GemmPlan::parse("gemm2", &r.gemm2)?,
+            dgrad2: GemmPlan::parse("dgrad2", &r.dgrad2)?,
+            wgrad2: GemmPlan::parse("wgrad2", &r.wgrad2)?,
+            dgrad1: GemmPlan::parse("dgrad1", &r.dgrad1)?,
+            wgrad1: GemmPlan::parse("wgrad1", &r.wgrad1)?,
+            vector: stage::parse_model(&r.vector_accumulate)?,
+        })
+    }
+}
+
+/// A tensor rounded to `st`, tracked with its exact rounding error.
+fn read_as(x: &Array2<f64>, st: Storage) -> Tracked {
+    let v = x.mapv(|e| st.round(e));
+    let b = Zip::from(x).and(&v).map_collect(|&x, &v| (x - v).abs());
+    Tracked { v, b }
+}
+
+fn read_as3(x: &Array3<f64>, st: Storage) -> (Array3<f64>, Array3<f64>) {
+    let v = x.mapv(|e| st.round(e));
+    let b = Zip::from(x).and(&v).map_collect(|&x, &v| (x - v).abs());
+    (v, b)
+}
+
+fn rows_of(t: &Tracked, r: std::ops::Range<usize>) -> (ArrayView2<'_, f64>, ArrayView2<'_, f64>) {
+    (t.v.slice(s![r.clone(), ..]), t.b.slice(s![r, ..]))
+}
+
+/// Run `f` for every expert in parallel and assemble the expert-major rows of its results.
+fn per_expert<F>(rows: &RowMap, width: usize, f: F) -> (Tracked, Vec<stage::GemmOut>)
+where
+    F: Fn(usize) -> stage::GemmOut + Sync,
+{
+    let outs: Vec<stage::GemmOut> = (0..rows.experts).into_par_iter().map(&f).collect();
+    let m = rows.rows();
+    let mut v = Array2::zeros((m, width));
+    let mut b = Array2::zeros((m, width));
+    for (e, o) in outs.iter().enumerate() {
+        let r = rows.expert_rows(e);
+        v.slice_mut(s![r.clone(), ..]).assign(&o.out.v);
+        b.slice_mut(s![r, ..]).assign(&o.out.b);
+    }
+    (Tracked { v, b }, outs)
+}
+
+/// Per-expert weight-shaped results `[E, p, q]`.
+fn per_expert_w<F>(e_n: usize, shape: (usize, usize), f: F) -> (Array3<f64>, Array3<f64>)
+where
+    F: Fn(usize) -> stage::GemmOut + Sync,
+{
+    let outs: Vec<stage::GemmOut> = (0..e_n).into_par_iter().map(&f).collect();
+    let mut v = Array3::zeros((e_n, shape.0, shape.1));
+    let mut b = Array3::zeros((e_n, shape.0, shape.1));
+    for (e, o) in outs.into_iter().enumerate() {
+        v.index_axis_mut(Axis(0), e).assign(&o.out.v);
+        b.index_axis_mut(Axis(0), e).assign(&o.out.b);
+    }
+    (v, b)
+}
+
+/// Stack per-expert quantised weight operands into `q.<name>` `[E, ...]`.
+fn stack_weights(name: &str, outs: &[stage::GemmOut]) -> Option<Quantised> {
+    let qs: Vec<&QuantTensor> = outs.iter().filter_map(|o| o.qb.as_ref()).collect();
+    if qs.len() != outs.len() || qs.is_empty() {
+        return None;
+    }
+    let qv: Vec<_> = qs.iter().map(|q| q.q.view()).collect();
+    let sv: Vec<_> = qs.iter().map(|q| q.scale.view()).collect();
+    Some(Quantised {
+        name: name.into(),
+        format: qs[0].spec.format,
+        block: qs[0].spec.block.to_string(),
+        q: ndarray::stack(Axis(0), &qv).ok()?.into_dyn(),
+        scale: ndarray::stack(Axis(0), &sv).ok()?.into_dyn(),
+    })
+}
+
+/// The quantisation of a whole activation `[rows, K]` with row blocks (the same blocks each expert's
+/// slice gets, as blocks never cross rows).
+fn quantise_rows(name: &str, plan: &GemmPlan, x: &Array2<f64>) -> Option<Quantised> {
+    let p = plan.a.as_ref()?;
+    if !matches!(p.spec.block, crate::quant::Block::Rows(_)) {
+        return None;
+    }
+    let q = crate::quant::quantize(x.view(), &p.spec);
+    Some(Quantised { name: name.into(), format: p.spec.format, block: p.spec.block.to_string(), q: q.q.into_dyn(), scale: q.scale.into_dyn() })
+}
+
+/// Emulate forward (and backward when `inp.dy` is present) under `recipe`.
+pub fn run(inp: &LayerInputs, recipe: &Recipe, opt: Options) -> Result<Emulated, EmulateError> {
+    let plans = Plans::parse(recipe)?;
+    let cfg: &MoeConfig = &inp.cfg;
+    let st = &recipe.storage;
+    let (hd, id, e_n, k) = (cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
+    let vector_kappa = |n: usize| accumulation_coefficient(&plans.vector, n);
+    let mut bounds: Vec<(String, ArrayD<f64>)> = Vec::new();
+    let mut quantised = Vec::new();
+
+    // Routing: the exact oracle's.
+    let (routed, logits, topk_ids, topk_weights) = route_inputs(inp, opt);
+    let rows = RowMap::build(topk_ids.view(), e_n);
+    let ranks = rows.ranks(cfg.ep_ranks);
+    let w_in = read_as(&topk_weights, st.weights);
+    // A kernel that routes itself computes its weights in f32: allow 32 units of 2^-24 (softmax or sigmoid,
+    // renormalisation, scaling) on top of the storage rounding.
+    let w_b = if routed.is_some() { &w_in.b + &w_in.v.mapv(|w| 32.0 * 2f64.powi(-24) * w.abs()) } else { w_in.b.clone() };
+
+    let x_in = read_as(&inp.x, st.inputs);
+    let (w13_v, w13_b) = read_as3(&inp.w13, st.inputs);
+    let (w2_v, w2_b) = read_as3(&inp.w2, st.inputs);
+    let x_rows = Tracked { v: rows.gather(x_in.v.view()), b: rows.gather(x_in.b.view()) };
+
+    // GEMM1: h = x_rows · w13[e]ᵀ
+    let (h, outs) = timed("emulate fwd.h", || {
+        per_expert(&rows, 2 * id, |e| {
+            let (a, ab) = rows_of(&x_rows, rows.expert_rows(e));
+            gemm_stage(&plans.gemm1, a, ab, w13_v.index_axis(Axis(0), e), w13_b.index_axis(Axis(0), e), st.h)
+        })
+    });
+    quantised.extend(quantise_rows("q.x", &plans.gemm1, &x_in.v));
+    quantised.extend(stack_weights("q.w13", &outs));
+    drop(outs);
+
+    // SwiGLU
+    let m = rows.rows();
+    let mut a = Tracked { v: Array2::zeros((m, id)), b: Array2::zeros((m, id)) };
+    a.v.axis_iter_mut(Axis(0))
+        .into_par_iter()
+        .zip(a.b.axis_iter_mut(Axis(0)))
+        .enumerate()
+        .for_each(|(r, (mut av, mut ab))| {
+            for c in 0..id {
+                let (v, b) = act_bound::forward(cfg.activation, h.v[[r, c]], h.b[[r, c]], h.v[[r, id + c]], h.b[[r, id + c]]);
+                av[c] = v;
+                ab[c] = b;
+            }
+        });
+    let a = store(a.v, a.b, st.a);
+
+    // GEMM2: o = a · w2[e]ᵀ
+    let (o, outs) = timed("emulate fwd.o", || {
+        per_expert(&rows, hd, |e| {
+            let (av, ab) = rows_of(&a, rows.expert_rows(e));
+            gemm_stage(&plans.gemm2, av, ab, w2_v.index_axis(Axis(0), e), w2_b.index_axis(Axis(0), e), st.o)
+        })
+    });
+    quantised.extend(quantise_rows("q.fwd.a", &plans.gemm2, &a.v));
+    quantised.extend(stack_weights("q.w2", &outs));
+    drop(outs);
+
+    // Combine: y_t = Σ_j w_j·o_j, in slot order.
+    let mut y_raw = Array2::zeros((cfg.tokens, hd));
+    let mut y_pre = Array2::zeros((cfg.tokens, hd));
+    y_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(y_pre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, (mut yr, mut yb))| {
+        let slots: Vec<(usize, usize)> = (0..k).filter_map(|j| rows.slot_row[t * k + j].map(|r| (j, r))).collect();
+        let wv: Vec<f64> = slots.iter().map(|&(j, _)| w_in.v[[t, j]]).collect();
+        for c in 0..hd {
+            let ov: Vec<f64> = slots.iter().map(|&(_, r)| o.v[[r, c]]).collect();
+            yr[c] = accum::dot(&plans.vector, &wv, &ov, None);
+            yb[c] = dot_bound(
+                slots.iter().map(|&(j, r)| (w_in.v[[t, j]].abs() + w_b[[t, j]], w_b[[t, j]], o.v[[r, c]].abs() + o.b[[r, c]], o.b[[r, c]])),
+                vector_kappa(slots.len()),
+                slots.len(),
+            );
+        }
+    });
+    let y = store(y_raw, y_pre, st.y);
+
+    bounds.push(("y".into(), y.b.clone().into_dyn()));
+    bounds.push(("fwd.h".into(), h.b.clone().into_dyn()));
+    bounds.push(("fwd.a".into(), a.b.clone().into_dyn()));
+    bounds.push(("fwd.o".into(), o.b.clone().into_dyn()));
+
+    let fwd = Forward {
+        y: y.v,
+        topk_ids,
+        topk_weights: w_in.v.clone(),
+        routed,
+        logits,
+        rows,
+        ranks,
+        h: h.v.clone(),
+        a: a.v.clone(),
+        o: o.v.clone(),
+    };
+    let Some(dy) = inp.dy.as_ref() else {
+        return Ok(Emulated { recipe: recipe.clone(), fwd, bwd: None, bounds, quantised });
+    };
+    let rows = &fwd.rows;
+    let dy_in = read_as(dy, st.inputs);
+
+    // grad.topk_weights[t, j] = <dy_t, o_row>
+    let mut gtw = Array2::zeros((cfg.tokens, k));
+    let mut gtw_b = Array2::zeros((cfg.tokens, k));
+    gtw.axis_iter_mut(Axis(0)).into_par_iter().zip(gtw_b.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, (mut g, mut gb))| {
+        for j in 0..k {
+            if let Some(r) = rows.slot_row[t * k + j] {
+                g[j] = accum::dot(&plans.vector, dy_in.v.row(t).as_slice().unwrap(), o.v.row(r).as_slice().unwrap(), None);
+                gb[j] = dot_bound(
+                    (0..hd).map(|c| (dy_in.v[[t, c]].abs() + dy_in.b[[t, c]], dy_in.b[[t, c]], o.v[[r, c]].abs() + o.b[[r, c]], o.b[[r, c]])),
+                    vector_kappa(hd),
+                    hd,
+                );
+            }
+        }
+    });
+    let gtw = store(gtw, gtw_b, st.grad_topk_weights);
+
+    // bwd.do = w·dy per row (one f32 product).
+    let mut do_raw = Array2::zeros((m, hd));
+    let mut do_pre = Array2::zeros((m, hd));
+    do_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(do_pre.axis_iter_mut(Axis(0))).enumerate().for_each(|(r, (mut dr, mut db))| {
+        let (t, j) = (rows.row_token[r], rows.row_slot[r]);
+        let (wv, wb) = (w_in.v[[t, j]], w_b[[t, j]]);
+        for c in 0..hd {
+            dr[c] = (wv * dy_in.v[[t, c]]) as f32 as f64;
+            db[c] = dot_bound(std::iter::once((wv.abs() + wb, wb, dy_in.v[[t, c]].abs() + dy_in.b[[t, c]], dy_in.b[[t, c]])), 2f64.powi(-24), 1);
+        }
+    });
+    let do_ = store(do_raw, do_pre, st.do_);
+
+    // da = do · w2[e]
+    let w2t_v: Vec<Array2<f64>> = (0..e_n).map(|e| w2_v.index_axis(Axis(0), e).t().as_standard_layout().into_owned()).collect();
+    let w2t_b: Vec<Array2<f64>> = (0..e_n).map(|e| w2_b.index_axis(Axis(0), e).t().as_standard_layout().into_owned()).collect();
+    let (da, _) = timed("emulate bwd.da", || {
+        per_expert(rows, id, |e| {
+            let (dv, db) = rows_of(&do_, rows.expert_rows(e));
+            gemm_stage(&plans.dgrad2, dv, db, w2t_v[e].view(), w2t_b[e].view(), st.da)
+        })
+    });
+    quantised.extend(quantise_rows("q.bwd.do", &plans.dgrad2, &do_.v));
+
+    // SwiGLU backward
+    let mut dh_raw = Array2::zeros((m, 2 * id));
+    let mut dh_pre = Array2::zeros((m, 2 * id));
+    dh_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(dh_pre.axis_iter_mut(Axis(0))).enumerate().for_each(|(r, (mut dr, mut db))| {
+        for c in 0..id {
+            let ((dg, bg), (du, bu)) = act_bound::backward(
+                cfg.activation,
+                h.v[[r, c]],
+                h.b[[r, c]],
+                h.v[[r, id + c]],
+                h.b[[r, id + c]],
+                da.v[[r, c]],
+                da.b[[r, c]],
+            );
+            dr[c] = dg;
+            db[c] = bg;
+            dr[id + c] = du;
+            db[id + c] = bu;
+        }
+    });
+    let dh = store(dh_raw, dh_pre, st.dh);
+
+    // grad.w2[e] = do_eᵀ · a_e
+    let (gw2, gw2_b) = timed("emulate grad.w2", || {
+        per_expert_w(e_n, (hd, id), |e| {
+            let r = rows.expert_rows(e);
+            let (dv, db) = rows_of(&do_, r.clone());
+            let (av, ab) = rows_of(&a, r);
+            let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
+            gemm_stage(&plans.wgrad2, t(dv).view(), t(db).view(), t(av).view(), t(ab).view(), st.grad_w)
+        })
+    });
+
+    // dx_rows = dh · w13[e]
+    let w13t_v: Vec<Array2<f64>> = (0..e_n).map(|e| w13_v.index_axis(Axis(0), e).t().as_standard_layout().into_owned()).collect();
+    let w13t_b: Vec<Array2<f64>> = (0..e_n).map(|e| w13_b.index_axis(Axis(0), e).t().as_standard_layout().into_owned()).collect();
+    let (dx_rows, _) = timed("emulate bwd.dx_rows", || {
+        per_expert(rows, hd, |e| {
+            let (dv, db) = rows_of(&dh, rows.expert_rows(e));
+            gemm_stage(&plans.dgrad1, dv, db, w13t_v[e].view(), w13t_b[e].view(), st.dx_rows)
+        })
+    });
+    quantised.extend(quantise_rows("q.bwd.dh", &plans.dgrad1, &dh.v));
+
+    // grad.w13[e] = dh_eᵀ · x_rows_e
+    let (gw13, gw13_b) = timed("emulate grad.w13", || {
+        per_expert_w(e_n, (2 * id, hd), |e| {
+            let r = rows.expert_rows(e);
+            let (dv, db) = rows_of(&dh, r.clone());
+            let (xv, xb) = rows_of(&x_rows, r);
+            let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
+            gemm_stage(&plans.wgrad1, t(dv).view(), t(db).view(), t(xv).view(), t(xb).view(), st.grad_w)
+        })
+    });
+
+    // Router: dlogits through the routing Jacobian, grad.router.weight = dlᵀ·x, grad.x's router term dl·R.
+    let f32_plan = GemmPlan { name: "router", model: Model::F32Fma, a: None, b: None };
+    let (dlogits, router_term, grad_router_weight, grw_b) = match (&fwd.routed, &cfg.routing, &inp.router_weight, &fwd.logits) {
+        (Some(routed), Some(rcfg), Some(rw), Some(lg)) => {
+            let dl_exact = route::backward(rcfg, routed, lg.view(), gtw.v.view());
+            // |J|·b: the Jacobian's columns from one-hot gradients.
+            let mut dl_b = Array2::<f64>::zeros(dl_exact.dim());
+            let mut mag = Array2::<f64>::zeros(dl_exact.dim());
+            for j in 0..k {
+                let mut onehot = Array2::zeros((cfg.tokens, k));
+                onehot.column_mut(j).fill(1.0);
+                let col = route::backward(rcfg, routed, lg.view(), onehot.view());
+                for t in 0..cfg.tokens {
+                    let (g, gb) = (gtw.v[[t, j]], gtw.b[[t, j]]);
+                    for e in 0..e_n {
+                        dl_b[[t, e]] += col[[t, e]].abs() * gb;
+                        mag[[t, e]] += col[[t, e]].abs() * (g.abs() + gb);
+                    }
+                }
+            }
+            // f32 evaluation of the routing backward: 64 units of 2^-24 of the magnitudes.
+            let dl_b = dl_b * (1.0 + 1e-12) + mag * (64.0 * 2f64.powi(-24)) + 2f64.powi(-140);
+            let dl = store(dl_exact, dl_b, Storage::F32);
+            let rw_in = read_as(rw, st.inputs);
+            let grw = gemm_stage(
+                &f32_plan,
+                dl.v.t().as_standard_layout().view(),
+                dl.b.t().as_standard_layout().view(),
+                x_in.v.t().as_standard_layout().view(),
+                x_in.b.t().as_standard_layout().view(),
+                st.grad_w,
+            )
+            .out;
+            let rwt_v = rw_in.v.t().as_standard_layout().into_owned();
+            let rwt_b = rw_in.b.t().as_standard_layout().into_owned();
+            let rt = gemm_stage(&f32_plan, dl.v.view(), dl.b.view(), rwt_v.view(), rwt_b.view(), Storage::F32).out;
+            (Some(dl.v), Some(rt), Some(grw.v), Some(grw.b))
+        }
+        _ => (None, None, None, None),
+    };
+
+    // grad.x = Σ_j dx_rows (+ router term), in slot order.
+    let mut gx_raw = Array2::zeros((cfg.tokens, hd));
+    let mut gx_pre = Array2::zeros((cfg.tokens, hd));
+    gx_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(gx_pre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, (mut gr, mut gb))| {
+        let rs: Vec<usize> = (0..k).filter_map(|j| rows.slot_row[t * k + j]).collect();
+        for c in 0..hd {
+            let mut terms: Vec<(f64, f64)> = rs.iter().map(|&r| (dx_rows.v[[r, c]], dx_rows.b[[r, c]])).collect();
+            if let Some(rt) = &router_term {
+                terms.push((rt.v[[t, c]], rt.b[[t, c]]));
+            }
+            let vals: Vec<f64> = terms.iter().map(|p| p.0).collect();
+            let ones = vec![1.0; vals.len()];
+            gr[c] = accum::dot(&plans.vector, &vals, &ones, None);
+            gb[c] = dot_bound(terms.iter().map(|&(v, b)| (v.abs() + b, b, 1.0, 0.0)), vector_kappa(terms.len()), terms.len());
+        }
+    });
+    let grad_x = store(gx_raw, gx_pre, st.grad_x);
+
+    bounds.push(("grad.x".into(), grad_x.b.clone().into_dyn()));
+    bounds.push(("grad.w13".into(), gw13_b.into_dyn()));
+    bounds.push(("grad.w2".into(), gw2_b.into_dyn()));
+    bounds.push(("grad.topk_weights".into(), gtw.b.clone().into_dyn()));
+    if let Some(b) = grw_b {
+        bounds.push(("grad.router.weight".into(), b.into_dyn()));
+    }
+    bounds.push(("bwd.do".into(), do_.b.clone().into_dyn()));
+    bounds.push(("bwd.da".into(), da.b.clone().into_dyn()));
+    bounds.push(("bwd.dh".into(), dh.b.clone().into_dyn()));
+    bounds.push(("bwd.dx_rows".into(), dx_rows.b.clone().into_dyn()));
+
+    let bwd = Backward {
+        grad_x: grad_x.v,
+        grad_w13: gw13,
+        grad_w2: gw2,
+        grad_topk_weights: gtw.v,
+        grad_router_weight,
+        dlogits,
+        do_: do_.v,
+        da: da.v,
+        dh: dh.v,
+        dx_rows: dx_rows.v,
+    };
+    Ok(Emulated { recipe: recipe.clone(), fwd, bwd: Some(bwd), bounds, quantised })
+}

@@ -1,0 +1,167 @@
+//! A GEMM operand as a recipe feeds it to the tensor cores: its quantisation (from [`crate::quant`]) and
+//! a sound per-element bound on how far the fed value may be from the exact one.
+//!
+//! The bound is a-priori: it holds for any kernel that follows the recipe, not only for the emulator,
+//! because it uses only the exact value's magnitude bound `m ≥ |x|` and the bound `b` on the kernel's
+//! input error, never the emulator's own rounding decisions. For an element of a block with dequant scale
+//! `s` the fed value `q·s` differs from the kernel's input `x̃` (|x̃| ≤ m + b... the kernel's input) by at most
+//!
+//! `(u + 2^-21)·|x̃| + η·s + sat`
+//!
+//! where `u` is the element format's unit roundoff (E4M3 2^-4, E5M2 2^-3, E2M1 2^-2), `2^-21` covers the
+//! f32 arithmetic of the scale and the scaled value (a reciprocal and a product, each within 2^-24), `η`
+//! is half the format's smallest subnormal (the absolute error of rounding in the underflow range), and
+//! `sat` is the saturation error of rules whose scale can leave the block maximum above the format's
+//! largest value (MX FLOOR and EVEN: up to 12.5% of the element for E4M3). `s` is bounded above from the
+//! block's largest possible `|x̃|` and, for `sat`, below from its smallest possible block maximum.
+
+use ndarray::{Array2, ArrayView2, Zip};
+
+use crate::formats::{Format, Overflow};
+use crate::quant::{Block, MxRounding, QuantSpec, ScaleRule};
+use crate::recipe::OperandQuant;
+
+use super::EmulateError;
+
+/// A parsed operand quantisation.
+#[derive(Clone, Debug)]
+pub struct OperandPlan {
+    pub spec: QuantSpec,
+    pub rule_name: String,
+}
+
+/// The element formats' numbers the bounds need: unit roundoff, half the smallest subnormal, the largest
+/// finite value and the largest power of two not above it.
+fn element_numbers(f: Format) -> Result<(f64, f64, f64, f64), EmulateError> {
+    Ok(match f {
+        Format::E4M3 => (2f64.powi(-4), 2f64.powi(-10), 448.0, 256.0),
+        Format::E5M2 => (2f64.powi(-3), 2f64.powi(-17), 57344.0, 32768.0),
+        Format::E2M1 => (2f64.powi(-2), 0.25, 6.0, 4.0),
+        Format::Bf16 => (2f64.powi(-8), 2f64.powi(-134), 3.3895313892515355e38, 2f64.powi(127)),
+        Format::F16 => (2f64.powi(-11), 2f64.powi(-25), 65504.0, 32768.0),
+        Format::E8M0 => return Err(EmulateError::Recipe("UE8M0 is a scale format, not an element format".into())),
+    })
+}
+
+impl OperandPlan {
+    pub fn parse(q: &OperandQuant) -> Result<OperandPlan, EmulateError> {
+        let bad = |what: &str, v: &str| EmulateError::Recipe(format!("unknown {what} '{v}'"));
+        let format: Format = q.format.parse().map_err(|_| bad("element format", &q.format))?;
+        element_numbers(format)?;
+        let block = Block::parse(&q.block).map_err(|e| EmulateError::Recipe(format!("block '{}': {e}", q.block)))?;
+        let rule = match q.scale.as_str() {
+            "deepgemm" => ScaleRule::DeepGemm { pow2: false },
+            "deepgemm-pow2" => ScaleRule::DeepGemm { pow2: true },
+            "te" => ScaleRule::TransformerEngine { pow2: false },
+            "te-pow2" => ScaleRule::TransformerEngine { pow2: true },
+            "mx-floor" => ScaleRule::Mx(MxRounding::Floor),
+            "mx-rceil" => ScaleRule::Mx(MxRounding::Rceil),
+            "mx-ceil" => ScaleRule::Mx(MxRounding::Ceil),
+            "mx-even" => ScaleRule::Mx(MxRounding::Even),
+            other => return Err(bad("scale rule", other)),
+        };
+        Ok(OperandPlan { spec: QuantSpec { format, block, rule, overflow: Overflow::Saturate }, rule_name: q.scale.clone() })
+    }
+
+    /// Whether the rule's scales are powers of two (so `q·s` is exact and products can be formed from
+    /// dequantised operands without changing a bit).
+    pub fn pow2_scales(&self) -> bool {
+        matches!(self.spec.rule, ScaleRule::Mx(_) | ScaleRule::DeepGemm { pow2: true } | ScaleRule::TransformerEngine { pow2: true })
+    }
+
+    /// Length of a block along the contraction (the last dimension), for promotion with scales.
+    pub fn k_block(&self) -> usize {
+        match self.spec.block {
+            Block::Rows(n) => n,
+            Block::Cols(_) => 1,
+            Block::Tile(_, c) => c,
+        }
+    }
+
+    /// Block coordinates of element (r, c).
+    fn block_of(&self, r: usize, c: usize) -> (usize, usize) {
+        match self.spec.block {
+            Block::Rows(n) => (r, c / n),
+            Block::Cols(n) => (r / n, c),
+            Block::Tile(p, q) => (r / p, c / q),
+        }
+    }
+
+    /// Upper bound on the dequant scale a block with largest magnitude `amax` can get.
+    fn scale_hi(&self, amax: f64) -> f64 {
+        let (_, _, maxf, maxp2) = element_numbers(self.spec.format).expect("checked in parse");
+        let slack = 1.0 + 2f64.powi(-20);
+        match self.spec.rule {
+            // sf = max(amax, 1e-4)/448 in f32 (pow2: rounded up to a power of two, at most twice).
+            ScaleRule::DeepGemm { pow2 } => amax.max(1e-4) / maxf * slack * if pow2 { 2.0 } else { 1.0 },
+            // 1/s with s = maxf/amax (pow2: rounded down, so 1/s at most doubles); amax so small that the
+            // multiplier overflows gives s = 1.
+            ScaleRule::TransformerEngine { pow2 } => {
+                let s = amax / maxf * slack * if pow2 { 2.0 } else { 1.0 };
+                if amax < maxf * 2f64.powi(-126) {
+                    s.max(1.0)
+                } else {
+                    s
+                }
+            }
+            // Every MX rule gives 2^e with 2^e ≤ 2·amax/maxp2 (FLOOR: amax/maxp2; CEIL, EVEN, RCEIL: at
+            // most one binade more); an all-zero block gets 2^-127.
+            ScaleRule::Mx(_) => (2.0 * amax / maxp2 * slack).max(2f64.powi(-127)),
+        }
+    }
+
+    /// Lower bound on the scale for a block whose largest magnitude is at least `amax_lo` (for the
+    /// saturation term; only rules that can saturate need it).
+    fn can_saturate(&self) -> bool {
+        matches!(self.spec.rule, ScaleRule::Mx(MxRounding::Floor) | ScaleRule::Mx(MxRounding::Even))
+    }
+
+    fn scale_lo(&self, amax_lo: f64) -> f64 {
+        let (_, _, _, maxp2) = element_numbers(self.spec.format).expect("checked in parse");
+        amax_lo / (2.0 * maxp2) * (1.0 - 2f64.powi(-20))
+    }
+
+    /// Per element, a bound on |fed value − kernel input| for a kernel input `x̃` known only through
+    /// `hi ≥ |x̃|` and `lo ≤ |x̃|` (elementwise).
+    pub fn fed_error(&self, hi: ArrayView2<f64>, lo: ArrayView2<f64>) -> Array2<f64> {
+        let (u, eta, maxf, _) = element_numbers(self.spec.format).expect("checked in parse");
+        let (rows, cols) = hi.dim();
+        let (gr, gc) = self.spec.block.grid(rows, cols);
+        let mut amax_hi = Array2::<f64>::zeros((gr, gc));
+        let mut amax_lo = Array2::<f64>::zeros((gr, gc));
+        for r in 0..rows {
+            for c in 0..cols {
+                let b = self.block_of(r, c);
+                amax_hi[b] = f64::max(amax_hi[b], hi[[r, c]]);
+                amax_lo[b] = f64::max(amax_lo[b], lo[[r, c]]);
+            }
+        }
+        let s_hi = amax_hi.mapv(|a| self.scale_hi(a));
+        let s_lo = amax_lo.mapv(|a| self.scale_lo(a));
+        let sat = self.can_saturate();
+        Array2::from_shape_fn((rows, cols), |(r, c)| {
+            let x = hi[[r, c]];
+            if x == 0.0 {
+                return 0.0; // zero quantises to zero under every rule
+            }
+            let b = self.block_of(r, c);
+            let mut e = (u + 2f64.powi(-21)) * x + eta * s_hi[b];
+            if sat {
+                e += (x - maxf * s_lo[b]).max(0.0);
+            }
+            e
+        })
+    }
+}
+
+/// `|v| + b` and `max(|v| − b, 0)`: bounds on the magnitude of the exact value from an emulated value `v`
+/// with bound `b` — and, with the bound doubled, on any faithful kernel's value.
+pub fn magnitude_bounds(v: ArrayView2<f64>, b: ArrayView2<f64>, widen: f64) -> (Array2<f64>, Array2<f64>) {
+    let mut hi = Array2::zeros(v.dim());
+    let mut lo = Array2::zeros(v.dim());
+    Zip::from(&mut hi).and(&mut lo).and(v).and(b).for_each(|h, l, &v, &b| {
+        *h = v.abs() + widen * b;
+        *l = (v.abs() - widen * b).max(0.0);
+    });
+    (hi, lo)
+}

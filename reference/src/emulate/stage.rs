@@ -1,0 +1,224 @@
+//! One stage of the emulated pipeline: what a faithful kernel computes, and a sound bound on its distance
+//! from the exact result.
+//!
+//! ## The bound of a contraction `c = Σ_k a_k·b_k`
+//! Each operand arrives with an emulated value `v` and a bound `e` (|any faithful kernel's value − exact|
+//! ≤ e), so `|exact| ≤ m = |v| + e`. The recipe feeds the tensor cores `â` with `|â − a| ≤ E_a` (the input
+//! bound plus the quantisation bound of [`super::operand`]). Then, elementwise,
+//!
+//! `|Σ â·b̂ − Σ a·b| ≤ Σ (m_a + E_a)(m_b + E_b) − Σ m_a·m_b`       (operands)
+//! `|acc − Σ â·b̂| ≤ κ(model, K)·Σ (m_a + E_a)(m_b + E_b)`       (accumulation, [`accumulation_coefficient`])
+//!
+//! and storing the f32 accumulator as bf16 adds `u_s·(|acc| + …) + η_s`. The two sums are two plain f64
+//! GEMMs of non-negative matrices, made upper bounds by their own error factor.
+
+use gemm::Parallelism;
+use ndarray::{Array2, ArrayView2, Zip};
+
+use crate::accum::{self, Model, TensorCore};
+use crate::quant::{self, QuantTensor};
+use crate::recipe::{GemmRecipe, Storage};
+
+use super::operand::{magnitude_bounds, OperandPlan};
+use super::EmulateError;
+
+/// Relative slack for the oracle's own f64 roundings (each exact stage rounds once to f64; the bound is
+/// checked against those f64 values, not the real numbers).
+pub const ORACLE_SLACK: f64 = 1.0 / (1u64 << 40) as f64;
+
+const U32: f64 = 1.0 / (1u64 << 24) as f64;
+
+/// The accumulation model of a recipe's name; `blackwell` is the tcgen05 model (25 bits, f32 out, no
+/// promotion: MMA-Sim, not checked on hardware here).
+pub fn parse_model(name: &str) -> Result<Model, EmulateError> {
+    if name == "blackwell" {
+        return Ok(Model::TensorCore(TensorCore { k_inst: 32, n_bits: 25, out_frac_bits: 23, promote_every: None }));
+    }
+    Model::parse(name).map_err(|_| EmulateError::Recipe(format!("unknown accumulation model '{name}'")))
+}
+
+fn gamma(n: usize) -> f64 {
+    let nu = n as f64 * U32;
+    nu / (1.0 - nu)
+}
+
+/// `κ`: |accumulated − exact sum of the fed products| ≤ κ·Σ|products| (plus underflow, see
+/// [`underflow_term`]).
+///
+/// - exact: one rounding to f32, `2^-24`;
+/// - f32 sequential (product rounded, then the add): `γ_{K+1}`; f32 FMA chain: `γ_K`;
+/// - tensor core, per instruction of `k_inst` products and C: every term truncated below `2^(E−n)` where
+///   `2^E ≤` the largest term's magnitude `≤ Σ|products|` (the alignment exponent `e(a)+e(b)` never
+///   exceeds `log2|a·b|`), then the sum truncated to `f` fraction bits: at most `((k_inst+1)·2^-n + 2^-f)`
+///   times the running magnitude per instruction. With promotion every `P`, a block's partial carries
+///   `⌈P/k_inst⌉` instructions' worth, and the f32 scale product, multiply and add of each of the
+///   `⌈K/P⌉` promotions add `2^-24` each. A final factor `(1 + κ)` covers errors feeding later magnitudes.
+pub fn accumulation_coefficient(model: &Model, k: usize) -> f64 {
+    let first = match model {
+        Model::Exact => U32,
+        Model::F32Sequential => gamma(k + 1),
+        Model::F32Fma => gamma(k.max(1)),
+        Model::TensorCore(tc) => {
+            let per = (tc.k_inst as f64 + 1.0) * 2f64.powi(-(tc.n_bits as i32)) + 2f64.powi(-(tc.out_frac_bits as i32));
+            match tc.promote_every {
+                None => k.div_ceil(tc.k_inst).max(1) as f64 * per,
+                Some(p) => p.div_ceil(tc.k_inst) as f64 * per + (k.div_ceil(p) as f64 + 2.0) * 2.0 * U32,
+            }
+        }
+    };
+    first * (1.0 + 2.0 * first)
+}
+
+/// Absolute error from f32 underflow in a contraction of length `k` (each f32 operation in the subnormal
+/// range may err by half of 2^-149).
+pub fn underflow_term(k: usize) -> f64 {
+    (k as f64 + 2.0) * 2f64.powi(-149)
+}
+
+/// `C = A·Bᵀ` in plain f64 for non-negative matrices, scaled up by its own worst rounding so that it is an
+/// upper bound of the real product (or, with `down`, scaled down to a lower bound).
+pub fn abs_gemm_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, down: bool) -> Array2<f64> {
+    let (m, k) = a.dim();
+    let n = b.nrows();
+    let a = a.as_standard_layout();
+    let b = b.as_standard_layout();
+    let mut c = Array2::<f64>::zeros((m, n));
+    if k > 0 && m > 0 && n > 0 {
+        let par = if m * n * k > (1 << 22) && rayon::current_thread_index().is_none() { Parallelism::Rayon(0) } else { Parallelism::None };
+        // SAFETY: standard-layout buffers of m·k, n·k and m·n elements with the strides given.
+        unsafe {
+            gemm::gemm(m, n, k, c.as_mut_ptr(), 1, n as isize, false, a.as_ptr(), 1, k as isize, b.as_ptr(), k as isize, 1, 0.0, 1.0, false, false, false, par);
+        }
+    }
+    let f = (k as f64 + 2.0) * 2f64.powi(-52);
+    let factor = if down { 1.0 - f } else { 1.0 + f };
+    c.mapv_inplace(|v| v * factor);
+    c
+}
+
+/// A parsed GEMM of a recipe.
+#[derive(Clone, Debug)]
+pub struct GemmPlan {
+    pub name: &'static str,
+    pub model: Model,
+    pub a: Option<OperandPlan>,
+    pub b: Option<OperandPlan>,
+}
+
+impl GemmPlan {
+    pub fn parse(name: &'static str, g: &GemmRecipe) -> Result<GemmPlan, EmulateError> {
+        let op = |q: &Option<crate::recipe::OperandQuant>| q.as_ref().map(OperandPlan::parse).transpose();
+        let plan = GemmPlan { name, model: parse_model(&g.accumulate)?, a: op(&g.a)?, b: op(&g.b)? };
+        if let (Model::TensorCore(TensorCore { promote_every: Some(p), .. }), true) = (&plan.model, plan.a.is_some() || plan.b.is_some()) {
+            let kb: Vec<usize> = [&plan.a, &plan.b].iter().filter_map(|o| o.as_ref().map(|o| o.k_block())).collect();
+            if kb.iter().any(|&k| k != *p) {
+                return Err(EmulateError::Recipe(format!(
+                    "{name}: promotion every {p} needs operand blocks of {p} along K (got {kb:?})"
+                )));
+            }
+        }
+        Ok(plan)
+    }
+
+    fn promotes(&self) -> Option<usize> {
+        match self.model {
+            Model::TensorCore(TensorCore { promote_every: Some(p), .. }) if self.a.is_some() || self.b.is_some() => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// An emulated tensor and its bound.
+#[derive(Clone, Debug)]
+pub struct Tracked {
+    pub v: Array2<f64>,
+    pub b: Array2<f64>,
+}
+
+/// A GEMM stage's result, with the quantised operands the recipe fed (for `q.<name>` outputs).
+pub struct GemmOut {
+    pub out: Tracked,
+    pub qa: Option<QuantTensor>,
+    pub qb: Option<QuantTensor>,
+}
+
+/// Per-row scales `[rows, ⌈K/kb⌉]` of a quantised operand (tiles expanded to their rows).
+fn row_scales(q: &QuantTensor, rows: usize) -> Array2<f64> {
+    match q.spec.block {
+        quant::Block::Rows(_) => q.scale.clone(),
+        quant::Block::Tile(p, _) => Array2::from_shape_fn((rows, q.scale.ncols()), |(r, j)| q.scale[[r / p, j]]),
+        quant::Block::Cols(_) => unreachable!("rejected by GemmPlan::parse: no K block"),
+    }
+}
+
+/// Round an accumulator to storage and grow the bound by the storage rounding.
+pub fn store(raw: Array2<f64>, pre: Array2<f64>, st: Storage) -> Tracked {
+    let (u, eta) = (st.unit_roundoff(), st.underflow());
+    let mut v = raw.clone();
+    let mut b = pre;
+    Zip::from(&mut v).and(&mut b).and(&raw).for_each(|v, b, &r| {
+        *v = st.round(r);
+        *b = *b + u * (r.abs() + 2.0 * *b) + eta;
+    });
+    Tracked { v, b }
+}
+
+/// `C = A·Bᵀ` (operands `[M, K]`, `[N, K]`, each with its bound) as the recipe computes it, stored to `st`.
+pub fn gemm_stage(plan: &GemmPlan, a: ArrayView2<f64>, ab: ArrayView2<f64>, b: ArrayView2<f64>, bb: ArrayView2<f64>, st: Storage) -> GemmOut {
+    let k = a.ncols();
+    let qa = plan.a.as_ref().map(|p| quant::quantize(a, &p.spec));
+    let qb = plan.b.as_ref().map(|p| quant::quantize(b, &p.spec));
+
+    // What the tensor cores compute.
+    let raw = match plan.promotes() {
+        Some(kb) => {
+            let nkb = k.div_ceil(kb);
+            let ones = |rows| Array2::from_elem((rows, nkb), 1.0);
+            let (fa, sa) = match &qa { Some(q) => (q.q.view(), row_scales(q, a.nrows())), None => (a, ones(a.nrows())) };
+            let (fb, sb) = match &qb { Some(q) => (q.q.view(), row_scales(q, b.nrows())), None => (b, ones(b.nrows())) };
+            accum::gemm_nt(&plan.model, fa, fb, Some((sa.view(), sb.view(), kb)))
+        }
+        None => {
+            let da = qa.as_ref().map(|q| q.dequantize());
+            let db = qb.as_ref().map(|q| q.dequantize());
+            let fa = da.as_ref().map_or(a, |d| d.view());
+            let fb = db.as_ref().map_or(b, |d| d.view());
+            accum::gemm_nt(&plan.model, fa, fb, None)
+        }
+    };
+
+    // The bound.
+    let fed = |v: ArrayView2<f64>, e: ArrayView2<f64>, p: &Option<OperandPlan>| -> (Array2<f64>, Array2<f64>) {
+        let (m_exact, _) = magnitude_bounds(v, e, 1.0);
+        let err = match p {
+            Some(p) => {
+                let (hi, lo) = magnitude_bounds(v, e, 2.0);
+                p.fed_error(hi.view(), lo.view()) + &e
+            }
+            None => e.to_owned(),
+        };
+        (m_exact, err)
+    };
+    let (ma, ea) = fed(a, ab, &plan.a);
+    let (mb, eb) = fed(b, bb, &plan.b);
+    let s = abs_gemm_nt((&ma + &ea).view(), (&mb + &eb).view(), false);
+    let p0 = abs_gemm_nt(ma.view(), mb.view(), true);
+    let kappa = accumulation_coefficient(&plan.model, k) + ORACLE_SLACK;
+    let under = underflow_term(k);
+    let mut pre = s.clone();
+    Zip::from(&mut pre).and(&s).and(&p0).for_each(|pre, &s, &p0| *pre = (s - p0).max(0.0) + kappa * s + under);
+    GemmOut { out: store(raw, pre, st), qa, qb }
+}
+
+/// Bound of a short contraction `Σ_j a_j·b_j` from magnitude bounds `m` and error bounds `e` of its
+/// terms, for an accumulation coefficient `kappa`: operands' part plus accumulation.
+#[inline]
+pub fn dot_bound(terms: impl Iterator<Item = (f64, f64, f64, f64)>, kappa: f64, k: usize) -> f64 {
+    let (mut ops, mut s) = (0.0, 0.0);
+    for (ma, ea, mb, eb) in terms {
+        ops += ma * eb + ea * mb + ea * eb;
+        s += (ma + ea) * (mb + eb);
+    }
+    let f = 1.0 + (k as f64 + 2.0) * 2f64.powi(-52);
+    (ops + (kappa + ORACLE_SLACK) * s) * f + underflow_term(k)
+}
