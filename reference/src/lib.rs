@@ -10,6 +10,7 @@
 //! ([`gemm`]) -> SwiGLU ([`act`]) -> GEMM2 -> combine ([`dispatch`]); [`layer`] composes them and their
 //! backward.
 
+pub mod accum;
 pub mod act;
 pub mod config;
 pub mod dispatch;
@@ -17,6 +18,7 @@ pub mod exact;
 pub mod formats;
 pub mod gemm;
 pub mod layer;
+pub mod quant;
 pub mod route;
 
 pub use config::{Activation, MoeConfig, Routing};
