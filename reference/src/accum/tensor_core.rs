@@ -149,11 +149,12 @@ fn instruction(t: &TensorCore, acc: &mut Acc, x: &mut [[i32; NR]; KMAX], ea: &[i
         let mb = &mb[k];
         let x = &x[k];
         for l in 0..NR {
-            let s = (emax[l] - x[l]).min(31) as u32;
+            // A shift of 32 or more leaves nothing (`checked_shr` says so, and x86's variable shifts
+            // do it in one instruction).
+            let s = (emax[l] - x[l]) as u32;
             let p = a * mb[l];
-            let sign = p >> 31; // 0 or -1
-            let tr = (p.unsigned_abs() >> s) as i32;
-            sum[l] += (tr ^ sign) - sign;
+            let tr = p.unsigned_abs().checked_shr(s).unwrap_or(0) as i32;
+            sum[l] += if p < 0 { -tr } else { tr };
         }
     }
     for l in 0..NR {
