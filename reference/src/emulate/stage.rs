@@ -16,6 +16,7 @@ use gemm::Parallelism;
 use ndarray::{Array2, ArrayView2, Zip};
 
 use crate::accum::{self, Model, TensorCore};
+use crate::formats::Format;
 use crate::quant::{self, QuantTensor};
 use crate::recipe::{GemmRecipe, Storage};
 
@@ -32,7 +33,7 @@ const U32: f64 = 1.0 / (1u64 << 24) as f64;
 /// promotion: MMA-Sim, not checked on hardware here).
 pub fn parse_model(name: &str) -> Result<Model, EmulateError> {
     if name == "blackwell" {
-        return Ok(Model::TensorCore(TensorCore { k_inst: 32, n_bits: 25, out_frac_bits: 23, promote_every: None }));
+        return Ok(Model::TensorCore(TensorCore { k_inst: 32, n_bits: 25, out_frac_bits: 23, promote_every: None, operands: (Format::E4M3, Format::E4M3) }));
     }
     Model::parse(name).map_err(|_| EmulateError::Recipe(format!("unknown accumulation model '{name}'")))
 }
@@ -169,21 +170,33 @@ pub fn gemm_stage(plan: &GemmPlan, a: ArrayView2<f64>, ab: ArrayView2<f64>, b: A
     let qa = plan.a.as_ref().map(|p| quant::quantize(a, &p.spec));
     let qb = plan.b.as_ref().map(|p| quant::quantize(b, &p.spec));
 
-    // What the tensor cores compute.
+    // What the tensor cores compute. A tensor-core model is told the formats of what it is fed (they fix
+    // how a subnormal operand aligns): the element format of an operand fed as codes, bf16 for values
+    // (stored bf16, or dequantised codes, which bf16 holds exactly).
+    let fed_as_codes = plan.promotes().is_some();
+    let fmt_of = |q: &Option<QuantTensor>| match q {
+        Some(q) if fed_as_codes => q.spec.format,
+        _ => Format::Bf16,
+    };
+    let (fmt_a, fmt_b) = (fmt_of(&qa), fmt_of(&qb));
+    let model = match plan.model {
+        Model::TensorCore(tc) => Model::TensorCore(TensorCore { operands: (fmt_a, fmt_b), ..tc }),
+        m => m,
+    };
     let raw = match plan.promotes() {
         Some(kb) => {
             let nkb = k.div_ceil(kb);
             let ones = |rows| Array2::from_elem((rows, nkb), 1.0);
             let (fa, sa) = match &qa { Some(q) => (q.q.view(), row_scales(q, a.nrows())), None => (a, ones(a.nrows())) };
             let (fb, sb) = match &qb { Some(q) => (q.q.view(), row_scales(q, b.nrows())), None => (b, ones(b.nrows())) };
-            accum::gemm_nt(&plan.model, fa, fb, Some((sa.view(), sb.view(), kb)))
+            accum::gemm_nt(&model, fa, fb, Some((sa.view(), sb.view(), kb)))
         }
         None => {
             let da = qa.as_ref().map(|q| q.dequantize());
             let db = qb.as_ref().map(|q| q.dequantize());
             let fa = da.as_ref().map_or(a, |d| d.view());
             let fb = db.as_ref().map_or(b, |d| d.view());
-            accum::gemm_nt(&plan.model, fa, fb, None)
+            accum::gemm_nt(&model, fa, fb, None)
         }
     };
 
@@ -207,7 +220,38 @@ pub fn gemm_stage(plan: &GemmPlan, a: ArrayView2<f64>, ab: ArrayView2<f64>, b: A
     let under = underflow_term(k);
     let mut pre = s.clone();
     Zip::from(&mut pre).and(&s).and(&p0).for_each(|pre, &s, &p0| *pre = (s - p0).max(0.0) + kappa * s + under);
+    if let Model::TensorCore(tc) = model {
+        // A subnormal operand aligns at its format's lowest normal exponent, so a product's alignment
+        // exponent may exceed its magnitude: 2^E ≤ 2^(emin_a+1)·s_a·max|b| (and symmetrically), which the
+        // truncation of every term of every instruction is relative to.
+        let row_max = |m: &Array2<f64>| m.rows().into_iter().map(|r| r.iter().fold(0.0f64, |x, &y| x.max(y))).collect::<Vec<f64>>();
+        let (amax, bmax) = (row_max(&(&ma + &ea)), row_max(&(&mb + &eb)));
+        let scale_max = |q: &Option<QuantTensor>, rows: usize| -> Vec<f64> {
+            match q {
+                Some(q) if fed_as_codes => row_scales(q, rows).rows().into_iter().map(|r| 2.0 * r.iter().fold(0.0f64, |x, &y| x.max(y))).collect(),
+                _ => vec![1.0; rows],
+            }
+        };
+        let (sa, sb) = (scale_max(&qa, a.nrows()), scale_max(&qb, b.nrows()));
+        let (ea_min, eb_min) = (2f64.powi(min_normal_exponent(fmt_a)), 2f64.powi(min_normal_exponent(fmt_b)));
+        let per = k.div_ceil(tc.k_inst) as f64 * (tc.k_inst as f64 + 1.0) * 2f64.powi(-(tc.n_bits as i32)) * (1.0 + 2.0 * kappa);
+        for ((m, n), p) in pre.indexed_iter_mut() {
+            let extra = 2.0 * (ea_min * sa[m] * bmax[n] + eb_min * sb[n] * amax[m]) + ea_min * eb_min * sa[m] * sb[n];
+            *p += per * extra;
+        }
+    }
     GemmOut { out: store(raw, pre, st), qa, qb }
+}
+
+/// The exponent of the smallest normal value of an operand format (where its subnormals align).
+fn min_normal_exponent(f: Format) -> i32 {
+    match f {
+        Format::E4M3 => -6,
+        Format::E5M2 => -14,
+        Format::E2M1 => 0,
+        Format::F16 => -14,
+        Format::Bf16 | Format::E8M0 => -126,
+    }
 }
 
 /// Bound of a short contraction `Σ_j a_j·b_j` from magnitude bounds `m` and error bounds `e` of its
