@@ -47,6 +47,9 @@ pub enum Command {
     /// Round every float tensor (F64, F32, BF16, F16) of a safetensors file to a low-precision format and
     /// write the rounded values as F32, same names; other tensors and the metadata are copied unchanged.
     Cast(CastArgs),
+    /// Write a golden case: realistic inputs for a model preset (or a bug-class scenario) and the exact
+    /// oracle's outputs and gradients (F64), byte-identical for the same arguments.
+    Golden(crate::golden::GoldenArgs),
 }
 
 #[derive(Debug, Args)]
@@ -181,6 +184,9 @@ pub enum CliError {
     /// Running on the GPU.
     #[error("{0}")]
     Gpu(#[from] crate::gpu::GpuRunError),
+    /// Making a golden case.
+    #[error("{0}")]
+    Golden(#[from] crate::golden::GoldenError),
 }
 
 fn case_msg(path: &Path, e: &CaseError) -> String {
@@ -207,7 +213,7 @@ fn ms(t: Instant) -> f64 {
 }
 
 /// Fail early (before any computation) when the output cannot be created.
-fn check_output(path: &Path) -> Result<(), CliError> {
+pub(crate) fn check_output(path: &Path) -> Result<(), CliError> {
     let err = |why: String| Err(CliError::Output { path: path.to_path_buf(), why });
     if path.as_os_str().is_empty() {
         return err("empty path".into());
@@ -460,6 +466,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         },
         Command::Demo(args) => run_demo(&args.output, args.seed, args.save_case.as_deref(), &args.common),
         Command::Cast(args) => run_cast(args),
+        Command::Golden(args) => crate::golden::run_cli(args),
     }
 }
 

@@ -9,6 +9,7 @@ pub mod case;
 pub mod cli;
 pub mod demo;
 pub mod error;
+pub mod golden;
 pub mod gpu;
 
 pub use case::{read_case, write_case, write_outputs, Case, FloatDtype, ReadOptions, TensorData};
