@@ -42,7 +42,7 @@ pub const CASES: &[Entry] = &[
     },
     Entry {
         file: "qwen3-235b-a22b_fp32_intermediates.safetensors",
-        args: small!("--preset qwen3-235b-a22b --experts 16 --recipe fp32 --intermediates"),
+        args: small!("--preset qwen3-235b-a22b --experts 16 --tokens 16 --recipe fp32 --intermediates"),
         covers: "recipe fp32 (F32 storage); intermediates fwd.*/bwd.*",
     },
     Entry {
@@ -72,7 +72,7 @@ pub const CASES: &[Entry] = &[
     },
     Entry {
         file: "gpt-oss-120b_given-routing_intermediates.safetensors",
-        args: small!("--preset gpt-oss-120b --experts 16 --given-routing --intermediates"),
+        args: small!("--preset gpt-oss-120b --experts 16 --tokens 16 --given-routing --intermediates"),
         covers: "given top-k with clamped SwiGLU; intermediates",
     },
     Entry {
@@ -132,7 +132,7 @@ pub const CASES: &[Entry] = &[
     },
     Entry {
         file: "qwen3-30b-a3b_ep2_given-routing.safetensors",
-        args: small!("--preset qwen3-30b-a3b --experts 16 --ep-ranks 2 --given-routing --intermediates"),
+        args: small!("--preset qwen3-30b-a3b --experts 16 --ep-ranks 2 --tokens 16 --given-routing --intermediates"),
         covers: "ep_ranks = 2 with given routing; intermediates",
     },
 ];

@@ -28,6 +28,7 @@ pub enum Scenario {
     EmptyExperts,
     /// Channel 0 of x is all zero and expert 0 gets exactly 128 tokens, the first 128 (the FP8
     /// weight-gradient block with amax 0; needs tokens >= 128, top-k < experts, hidden >= 2).
+    #[value(name = "zero-channel-128")]
     ZeroChannel128,
     /// Router rows come in identical pairs (2j, 2j+1) and token 0 is all zero, so its logits all tie;
     /// ties go to the lower expert index.
@@ -126,7 +127,9 @@ pub fn draw(d: &Draw<'_>) -> Result<LayerInputs, String> {
     for _ in 0..(h / 256).max(1) {
         chan[(g.next_u64() % h as u64) as usize] = OUTLIER;
     }
-    let mean: Vec<f64> = (0..h).map(|_| 0.5 * normal(&mut g)).collect();
+    // The mean leaves the outlier channels out: the router's popularity term reads x through the mean, and
+    // an outlier channel there would make it as noisy as the popularity itself.
+    let mean: Vec<f64> = (0..h).map(|c| if chan[c] == 1.0 { normal(&mut g) } else { 0.0 }).collect();
     let mut g = stream(seed, "x");
     let mut x = Array2::from_shape_fn((t, h), |_| 0.0);
     for mut row in x.axis_iter_mut(Axis(0)) {
@@ -143,7 +146,7 @@ pub fn draw(d: &Draw<'_>) -> Result<LayerInputs, String> {
 
     // Router: noise plus popularity along the mean direction, so logit_e(x) ~ popularity_e + noise.
     let mut g = stream(seed, "router.popularity");
-    let mut pop: Vec<f64> = (0..e).map(|_| 2.0 * normal(&mut g)).collect();
+    let mut pop: Vec<f64> = (0..e).map(|_| 1.5 * normal(&mut g)).collect();
     match d.scenario {
         Scenario::OneExpert => pop[0] = PIN,
         Scenario::EmptyExperts => pop[e.div_ceil(2)..].iter_mut().for_each(|p| *p = -PIN),
