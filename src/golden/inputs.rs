@@ -158,6 +158,16 @@ pub fn draw(d: &Draw<'_>) -> Result<LayerInputs, String> {
     let mut rw = Array2::from_shape_fn((e, h), |(ex, c)| normal(&mut g) / (h as f64).sqrt() + pop[ex] * mean[c] / mm);
     let mut g = stream(seed, "router.bias");
     let mut bias = d.router_bias.then(|| Array1::from_shape_simple_fn(e, || 0.1 * normal(&mut g)));
+    if let Some(b) = bias.as_mut() {
+        // Sigmoid scores saturate at 1, so a pinned logit alone cannot outrank another expert's score plus
+        // its bias: pin the selection bias too (scores lie in (0, 1), the drawn biases near ±0.3 at most).
+        match d.scenario {
+            Scenario::OneExpert => b[0] = 2.0,
+            Scenario::EmptyExperts => b.slice_mut(ndarray::s![e.div_ceil(2)..]).fill(-2.0),
+            Scenario::ZeroChannel128 => b[0] = 0.5,
+            _ => {}
+        }
+    }
 
     match d.scenario {
         Scenario::ZeroChannel128 => {
@@ -271,4 +281,51 @@ fn check_routing(scenario: Scenario, ids: &Array2<i32>, experts: usize) -> Resul
         _ => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::golden::{curated, generate};
+
+    #[test]
+    fn normal_has_mean_0_and_variance_1() {
+        let mut g = stream(7, "t");
+        let n = 200_000;
+        let v: Vec<f64> = (0..n).map(|_| normal(&mut g)).collect();
+        let mean = v.iter().sum::<f64>() / n as f64;
+        let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64;
+        assert!(mean.abs() < 0.01, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.01, "variance {var}");
+        // Tails exist (Irwin-Hall(4) reaches about 3.46 sigma).
+        assert!(v.iter().any(|x| x.abs() > 3.0));
+    }
+
+    #[test]
+    fn streams_differ_by_tag_and_seed() {
+        let first = |seed, tag| stream(seed, tag).next_u64();
+        assert_ne!(first(1, "x"), first(1, "w13"));
+        assert_ne!(first(1, "x"), first(2, "x"));
+        assert_eq!(first(1, "x"), first(1, "x"));
+    }
+
+    #[test]
+    fn drawn_inputs_are_stored_values_and_reproducible() {
+        let out = std::path::Path::new("unused.safetensors");
+        let args = curated::parse_args("--preset deepseek-v3 --hidden 16 --intermediate 8 --experts 16 --tokens 8", out)
+            .unwrap();
+        let (a, b) = (generate(&args).unwrap(), generate(&args).unwrap());
+        let bits = |g: &crate::golden::Golden| g.forward.y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a), bits(&b));
+        // Every input is a bf16 value (the oracle ran on exactly what the file stores).
+        let i = &a.inputs;
+        let all = i.x.iter().chain(i.w13.iter()).chain(i.w2.iter()).chain(i.dy.as_ref().unwrap().iter());
+        let all = all.chain(i.router_weight.as_ref().unwrap().iter()).chain(i.router_bias.as_ref().unwrap().iter());
+        for &v in all {
+            assert_eq!(to_bf16(v).to_f64(), v);
+        }
+        let args = curated::parse_args("--preset deepseek-v3 --hidden 16 --intermediate 8 --experts 16 --tokens 8 --seed 9", out)
+            .unwrap();
+        assert_ne!(bits(&a), bits(&generate(&args).unwrap()));
+    }
 }

@@ -42,3 +42,33 @@ pub fn estimate_bytes(cfg: &MoeConfig) -> u128 {
 pub fn gib(bytes: u128) -> f64 {
     bytes as f64 / f64::powi(2.0, 30)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::golden::{curated, generate};
+
+    /// The estimate covers at least the arrays a generated case holds (inputs, forward, backward).
+    #[test]
+    fn estimate_covers_the_arrays_held() {
+        let out = std::path::Path::new("unused.safetensors");
+        for a in [
+            "--preset qwen3-30b-a3b --hidden 32 --intermediate 16 --experts 16 --tokens 40",
+            "--preset deepseek-v3 --hidden 64 --intermediate 8 --experts 32 --tokens 3 --intermediates",
+            "--preset mixtral-8x7b --hidden 8 --intermediate 64 --tokens 200 --given-routing",
+        ] {
+            let args = curated::parse_args(a, out).unwrap();
+            let g = generate(&args).unwrap();
+            let (i, f, b) = (&g.inputs, &g.forward, &g.backward);
+            let opt = |a: Option<usize>| a.unwrap_or(0);
+            let held = i.x.len() + i.w13.len() + i.w2.len() + opt(i.dy.as_ref().map(|a| a.len()))
+                + opt(i.router_weight.as_ref().map(|a| a.len()))
+                + f.y.len() + f.h.len() + f.a.len() + f.o.len() + opt(f.logits.as_ref().map(|a| a.len()))
+                + b.grad_x.len() + b.grad_w13.len() + b.grad_w2.len() + b.do_.len() + b.da.len() + b.dh.len()
+                + b.dx_rows.len();
+            let est = estimate_bytes(&args.config().unwrap());
+            assert!(est >= 8 * held as u128, "{a}: estimate {est} < held {}", 8 * held);
+            assert!(est <= 8 * 4 * held as u128, "{a}: estimate {est} far above held {}", 8 * held);
+        }
+    }
+}
