@@ -128,7 +128,15 @@ fn malformed_cases_make_run_exit_2_with_one_line_and_no_output() {
     let d = tempfile::tempdir().unwrap();
     let case_path = d.path().join("case.safetensors");
     let out = d.path().join("out.safetensors");
-    let run = || Command::new(env!("CARGO_BIN_EXE_moe-oracle")).args(["run"]).arg(&case_path).arg("-o").arg(&out).output().unwrap();
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_moe-oracle"))
+            .args(["run"])
+            .arg(&case_path)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
     let fails = |frag: &str| {
         let o = run();
         let err = String::from_utf8_lossy(&o.stderr);
@@ -146,9 +154,7 @@ fn malformed_cases_make_run_exit_2_with_one_line_and_no_output() {
     std::fs::remove_file(&out).unwrap();
 
     // Wrong dtype: x as I32, topk_ids as F32.
-    write_case(&case_path, CFG, |t| {
-        set(t, "x", TensorData::I32(CowArray::from(ArrayD::from_elem(IxDyn(&[2, 4]), 1))))
-    });
+    write_case(&case_path, CFG, |t| set(t, "x", TensorData::I32(CowArray::from(ArrayD::from_elem(IxDyn(&[2, 4]), 1)))));
     fails("tensor `x`: unsupported dtype I32");
     write_case(&case_path, CFG, |t| set(t, "topk_ids", f32s(&[2, 2], 1.0)));
     fails("tensor `topk_ids`: unsupported dtype F32 (expected I32)");
@@ -182,7 +188,8 @@ fn malformed_cases_make_run_exit_2_with_one_line_and_no_output() {
     fails("`moe.config` is not a valid config");
     // A golden file cut in half.
     std::fs::write(&case_path, {
-        let mut b = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/qwen3-30b-a3b_t1.safetensors")).unwrap();
+        let mut b =
+            std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/qwen3-30b-a3b_t1.safetensors")).unwrap();
         b.truncate(b.len() / 2);
         b
     })

@@ -81,7 +81,8 @@ fn golden_file_runs_through_moe_oracle_run() {
         let o = oracle(&["run", p(&case), "-o", p(&out), "-q"]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let (g, r) = (std::fs::read(&case).unwrap(), std::fs::read(&out).unwrap());
-        let (g, r) = (safetensors::SafeTensors::deserialize(&g).unwrap(), safetensors::SafeTensors::deserialize(&r).unwrap());
+        let (g, r) =
+            (safetensors::SafeTensors::deserialize(&g).unwrap(), safetensors::SafeTensors::deserialize(&r).unwrap());
         for name in ["y", "grad.x", "grad.w13", "grad.w2", "grad.topk_weights"] {
             assert_eq!(g.tensor(name).unwrap().data(), r.tensor(name).unwrap().data(), "{extra:?}: {name}");
         }
@@ -125,7 +126,17 @@ fn help_documents_presets_scenarios_and_the_shared_expert() {
     let o = oracle(&["golden", "--help"]);
     assert!(o.status.success());
     let h = String::from_utf8_lossy(&o.stdout);
-    for word in ["qwen3-235b-a22b", "gpt-oss-120b", "zero-channel-128", "unused-slots", "router-ties", "fp8-block-te", "shared expert", "--given-routing", "--max-memory-gib"] {
+    for word in [
+        "qwen3-235b-a22b",
+        "gpt-oss-120b",
+        "zero-channel-128",
+        "unused-slots",
+        "router-ties",
+        "fp8-block-te",
+        "shared expert",
+        "--given-routing",
+        "--max-memory-gib",
+    ] {
         assert!(h.contains(word), "help lacks {word}");
     }
 }

@@ -111,7 +111,12 @@ fn compare(file: &str, mode: &str) {
         for pick in picks {
             let i = pick[0].as_u64().unwrap() as usize;
             let v = f64::from_bits(pick[1].as_u64().unwrap());
-            assert_eq!(v.to_bits(), value(&t, i).to_bits(), "{file}: {name}[{i}] python {v:e} vs rust {:e}", value(&t, i));
+            assert_eq!(
+                v.to_bits(),
+                value(&t, i).to_bits(),
+                "{file}: {name}[{i}] python {v:e} vs rust {:e}",
+                value(&t, i)
+            );
         }
     }
     // The reader's view of an input agrees too (bf16/f32 widened exactly to f64).

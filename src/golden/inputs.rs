@@ -312,8 +312,9 @@ mod tests {
     #[test]
     fn drawn_inputs_are_stored_values_and_reproducible() {
         let out = std::path::Path::new("unused.safetensors");
-        let args = curated::parse_args("--preset deepseek-v3 --hidden 16 --intermediate 8 --experts 16 --tokens 8", out)
-            .unwrap();
+        let args =
+            curated::parse_args("--preset deepseek-v3 --hidden 16 --intermediate 8 --experts 16 --tokens 8", out)
+                .unwrap();
         let (a, b) = (generate(&args).unwrap(), generate(&args).unwrap());
         let bits = |g: &crate::golden::Golden| g.forward.y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&a), bits(&b));
@@ -324,8 +325,11 @@ mod tests {
         for &v in all {
             assert_eq!(to_bf16(v).to_f64(), v);
         }
-        let args = curated::parse_args("--preset deepseek-v3 --hidden 16 --intermediate 8 --experts 16 --tokens 8 --seed 9", out)
-            .unwrap();
+        let args = curated::parse_args(
+            "--preset deepseek-v3 --hidden 16 --intermediate 8 --experts 16 --tokens 8 --seed 9",
+            out,
+        )
+        .unwrap();
         assert_ne!(bits(&a), bits(&generate(&args).unwrap()));
     }
 }

@@ -133,7 +133,16 @@ impl GoldenArgs {
         }
         if size::gib(need) > limit {
             let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
-            return Err(GoldenError::TooLarge { preset: self.preset.name(), t, h, i, e, k, need: size::gib(need), limit });
+            return Err(GoldenError::TooLarge {
+                preset: self.preset.name(),
+                t,
+                h,
+                i,
+                e,
+                k,
+                need: size::gib(need),
+                limit,
+            });
         }
         case::check_size(&cfg).map_err(|e| bad(e.to_string()))?;
         self.scenario.check_config(&cfg).map_err(bad)?;
@@ -212,8 +221,10 @@ fn generate_with_progress(args: &GoldenArgs, progress: bool) -> Result<Golden, G
     };
     let inputs = inputs::draw(&draw).map_err(|why| GoldenError::Args { preset: args.preset.name(), why })?;
     // The generator's own output must be a valid case; a failure here is a bug, reported as one line.
-    case::validate_inputs(&inputs, case::ReadOptions::default())
-        .map_err(|e| GoldenError::Args { preset: args.preset.name(), why: format!("internal: drawn inputs invalid: {e}") })?;
+    case::validate_inputs(&inputs, case::ReadOptions::default()).map_err(|e| GoldenError::Args {
+        preset: args.preset.name(),
+        why: format!("internal: drawn inputs invalid: {e}"),
+    })?;
     stages.line(2, "forward (exact oracle)");
     let opt = Options::default();
     let forward = layer::forward(&inputs, opt);

@@ -61,10 +61,22 @@ mod tests {
             let g = generate(&args).unwrap();
             let (i, f, b) = (&g.inputs, &g.forward, &g.backward);
             let opt = |a: Option<usize>| a.unwrap_or(0);
-            let held = i.x.len() + i.w13.len() + i.w2.len() + opt(i.dy.as_ref().map(|a| a.len()))
+            let held = i.x.len()
+                + i.w13.len()
+                + i.w2.len()
+                + opt(i.dy.as_ref().map(|a| a.len()))
                 + opt(i.router_weight.as_ref().map(|a| a.len()))
-                + f.y.len() + f.h.len() + f.a.len() + f.o.len() + opt(f.logits.as_ref().map(|a| a.len()))
-                + b.grad_x.len() + b.grad_w13.len() + b.grad_w2.len() + b.do_.len() + b.da.len() + b.dh.len()
+                + f.y.len()
+                + f.h.len()
+                + f.a.len()
+                + f.o.len()
+                + opt(f.logits.as_ref().map(|a| a.len()))
+                + b.grad_x.len()
+                + b.grad_w13.len()
+                + b.grad_w2.len()
+                + b.do_.len()
+                + b.da.len()
+                + b.dh.len()
                 + b.dx_rows.len();
             let est = estimate_bytes(&args.config().unwrap());
             assert!(est >= 8 * held as u128, "{a}: estimate {est} < held {}", 8 * held);
