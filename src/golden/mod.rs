@@ -204,12 +204,11 @@ impl Stages {
 
 /// Draw the inputs and run the oracle (no file is touched).
 pub fn generate(args: &GoldenArgs) -> Result<Golden, GoldenError> {
-    generate_with_progress(args, false)
+    generate_with_progress(args, &Stages { on: false, start: Instant::now() })
 }
 
-fn generate_with_progress(args: &GoldenArgs, progress: bool) -> Result<Golden, GoldenError> {
+fn generate_with_progress(args: &GoldenArgs, stages: &Stages) -> Result<Golden, GoldenError> {
     let cfg = args.config()?;
-    let stages = Stages { on: progress, start: Instant::now() };
     stages.line(1, "drawing inputs");
     let draw = inputs::Draw {
         cfg: &cfg,
@@ -273,12 +272,11 @@ impl Golden {
 
 /// Generate and write one golden case to `args.output`.
 pub fn write_golden(args: &GoldenArgs) -> Result<Golden, GoldenError> {
-    let progress = !args.quiet && std::io::stderr().is_terminal();
-    let g = generate_with_progress(args, progress)?;
-    if progress {
-        let _ = writeln!(std::io::stderr(), "moe-oracle golden: [4/4] writing {}", args.output.display());
-    }
+    let stages = Stages { on: !args.quiet && std::io::stderr().is_terminal(), start: Instant::now() };
+    let g = generate_with_progress(args, &stages)?;
+    stages.line(4, &format!("writing {}", args.output.display()));
     g.write(&args.output)?;
+    stages.line(4, "done");
     Ok(g)
 }
 
