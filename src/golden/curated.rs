@@ -4,7 +4,9 @@
 //! Regenerate the files and the manifest (after a deliberate change of the generator, with [`GENERATOR`]
 //! bumped) with
 //!
-//!     cargo test --release --test golden_manifest -- --ignored regenerate_golden_set
+//! ```text
+//! cargo test --release --test golden_manifest -- --ignored regenerate_golden_set
+//! ```
 //!
 //! `tests/golden_manifest.rs` regenerates every case in memory and compares checksums.
 
