@@ -49,6 +49,9 @@ pub enum Command {
     Cast(CastArgs),
     /// List the low-precision recipes, or print one as JSON.
     Recipes(RecipesArgs),
+    /// Write a golden case: realistic inputs for a model preset (or a bug-class scenario) and the exact
+    /// oracle's outputs and gradients (F64), byte-identical for the same arguments.
+    Golden(crate::golden::GoldenArgs),
 }
 
 #[derive(Debug, Args)]
@@ -207,6 +210,9 @@ pub enum CliError {
     /// An unknown or malformed recipe.
     #[error("{0}")]
     Recipe(String),
+    /// Making a golden case.
+    #[error("{0}")]
+    Golden(#[from] crate::golden::GoldenError),
 }
 
 fn case_msg(path: &Path, e: &CaseError) -> String {
@@ -233,7 +239,7 @@ fn ms(t: Instant) -> f64 {
 }
 
 /// Fail early (before any computation) when the output cannot be created.
-fn check_output(path: &Path) -> Result<(), CliError> {
+pub(crate) fn check_output(path: &Path) -> Result<(), CliError> {
     let err = |why: String| Err(CliError::Output { path: path.to_path_buf(), why });
     if path.as_os_str().is_empty() {
         return err("empty path".into());
@@ -506,6 +512,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Recipes(args) => crate::emulated::recipes(args.show.as_deref()),
         Command::Demo(args) => run_demo(&args.output, args.seed, args.save_case.as_deref(), &args.common),
         Command::Cast(args) => run_cast(args),
+        Command::Golden(args) => crate::golden::run_cli(args),
     }
 }
 

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod demo;
 pub mod emulated;
 pub mod error;
+pub mod golden;
 pub mod gpu;
 
 pub use case::{read_case, write_case, write_outputs, Case, FloatDtype, ReadOptions, TensorData};
