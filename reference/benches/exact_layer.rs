@@ -4,6 +4,10 @@
 //!
 //!     cargo bench -p moe-reference --bench exact_layer                 # 1024 tokens
 //!     cargo bench -p moe-reference --bench exact_layer -- --tokens 256
+//!     cargo bench -p moe-reference --bench exact_layer -- --recipes bf16,fp8-block,mxfp8 [--skip-floor]
+//!
+//! With `--recipes`, each emulated recipe (forward + backward + every bound) is timed too, with its ratio
+//! to the exact run (the target: within 2x).
 //!
 //! Prints the exact time, two floors (the same per-expert GEMM shapes in plain f64, and one square GEMM of
 //! the same FLOPs) and the ratios; and the per-stage split of the exact run.
@@ -79,6 +83,13 @@ fn main() {
         router_bias: None,
         dy: Some(dy.clone()),
     };
+    let recipes: Vec<String> = args
+        .iter()
+        .position(|a| a == "--recipes")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.split(',').map(String::from).collect())
+        .unwrap_or_default();
+    let skip_floor = args.iter().any(|a| a == "--skip-floor");
     let threads = rayon::current_num_threads();
     eprintln!("qwen3-30b-a3b layer, {tokens} tokens, exact mode, {threads} threads");
 
@@ -90,6 +101,19 @@ fn main() {
     let t_bwd = t1.elapsed().as_secs_f64();
     let exact = t_fwd + t_bwd;
     std::hint::black_box(&bwd);
+
+    for r in &recipes {
+        let recipe = moe_reference::recipe::Recipe::named(r).unwrap_or_else(|| panic!("unknown recipe {r}"));
+        let t = Instant::now();
+        let em = moe_reference::emulate::run(&inp, &recipe, Options::default()).expect("named recipe");
+        let te = t.elapsed().as_secs_f64();
+        std::hint::black_box(&em.bounds);
+        println!("emulated {r:<13} {te:8.2} s   ratio to exact {:.2}x", te / exact);
+    }
+    if skip_floor {
+        println!("exact fwd+bwd        {exact:8.2} s");
+        return;
+    }
 
     // Floor 1: the same per-expert GEMM shapes in plain f64 (6 per expert, plus the router's 3).
     let m = fwd.rows.rows();

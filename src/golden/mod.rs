@@ -34,7 +34,7 @@ pub use preset::Preset;
 pub use recipe::Recipe;
 
 /// Version of the generator's streams, recorded in every file as `moe.golden.generator`.
-pub const GENERATOR: &str = "moe-oracle golden 1";
+pub const GENERATOR: &str = "moe-oracle golden 2"; // 2: emulated results and bounds for low-precision recipes
 
 /// Arguments of `moe-oracle golden`.
 #[derive(Clone, Debug, Args)]
@@ -185,6 +185,8 @@ pub struct Golden {
     pub recipe: Recipe,
     pub intermediates: bool,
     pub metadata: BTreeMap<String, String>,
+    /// For low-precision recipes: what a faithful kernel of the recipe computes, with its bounds.
+    pub emulated: Option<moe_reference::emulate::Emulated>,
 }
 
 /// Stage lines on stderr, only when asked for and stderr is a terminal.
@@ -231,6 +233,16 @@ fn generate_with_progress(args: &GoldenArgs, stages: &Stages) -> Result<Golden, 
     let dy = inputs.dy.as_ref().expect("golden inputs always have dy");
     let backward = layer::backward(&inputs, &forward, dy.view(), opt);
 
+    let emulated = if args.recipe == Recipe::Fp32 {
+        None
+    } else {
+        let r = moe_reference::recipe::Recipe::named(args.recipe.name()).expect("golden recipes are named recipes");
+        Some(moe_reference::emulate::run(&inputs, &r, opt).map_err(|e| GoldenError::Args {
+            preset: args.preset.name(),
+            why: format!("internal: emulating {}: {e}", args.recipe.name()),
+        })?)
+    };
+
     let mut metadata = BTreeMap::new();
     metadata.insert(case::KEY_FORMAT.to_string(), case::FORMAT.to_string());
     metadata.insert(case::KEY_CONFIG.to_string(), case::config_json(&inputs.cfg));
@@ -239,7 +251,7 @@ fn generate_with_progress(args: &GoldenArgs, stages: &Stages) -> Result<Golden, 
     metadata.insert("moe.golden.seed".into(), args.seed.to_string());
     metadata.insert("moe.golden.scenario".into(), args.scenario.name().into());
     metadata.insert("moe.golden.args".into(), args.canonical(&cfg).join(" "));
-    Ok(Golden { inputs, forward, backward, recipe: args.recipe, intermediates: args.intermediates, metadata })
+    Ok(Golden { inputs, forward, backward, recipe: args.recipe, intermediates: args.intermediates, metadata, emulated })
 }
 
 impl Golden {
@@ -257,6 +269,23 @@ impl Golden {
                     }
                 }
                 _ => out.push((name, t)),
+            }
+        }
+        // The emulated kernel result (F32) and its bounds (F32, rounded up so they stay bounds), for the
+        // outputs (and, with intermediates, every intermediate).
+        if let Some(em) = &self.emulated {
+            for (name, bound) in &em.bounds {
+                if !self.intermediates && (name.starts_with("fwd.") || name.starts_with("bwd.")) {
+                    continue;
+                }
+                if let Some(v) = moe_reference::layer::named_tensor(&em.fwd, em.bwd.as_ref(), name) {
+                    out.push((format!("emulated.{name}"), TensorData::F32(v.mapv(|x| x as f32).into())));
+                }
+                let up = bound.mapv(|b| {
+                    let f = b as f32;
+                    if (f as f64) < b { f32::from_bits(f.to_bits() + 1) } else { f } // b ≥ 0: one ulp up
+                });
+                out.push((format!("bound.{name}"), TensorData::F32(up.into())));
             }
         }
         Ok(out)
