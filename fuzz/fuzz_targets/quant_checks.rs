@@ -146,7 +146,9 @@ fn expected_scale(rule: ScaleRule, f: Format, amax: f64) -> (f64, f64, Option<u8
                         let steps = f64::from(1 << mb);
                         if (m * steps + 0.5).floor() / steps >= 2.0 { e + 1 } else { e }
                     };
-                    (e - emax_elem).clamp(-127, 128) + 127
+                    // torchao tests the *rounded* amax for finiteness: rounding up past f32's largest
+                    // binade makes it infinite, and the scale NaN.
+                    if e >= 128 { 255 } else { (e - emax_elem).clamp(-127, 128) + 127 }
                 }
                 MxRounding::Rceil => {
                     let d = fl32(amax * fl32(1.0 / max));
