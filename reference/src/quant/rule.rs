@@ -14,7 +14,9 @@ pub enum MxRounding {
     Rceil,
     /// torchao CEIL: `floor(log2 amax)`, plus one when amax is not a power of two, minus `emax_elem`.
     Ceil,
-    /// torchao EVEN: amax first rounded (half up) to the element's mantissa width, then as FLOOR.
+    /// torchao EVEN: amax first rounded (half up) to the element's mantissa width, then as FLOOR. As in
+    /// torchao, an amax that this rounding carries past f32's largest binade becomes infinite and the
+    /// scale NaN (`0xFF`).
     Even,
 }
 
