@@ -21,11 +21,30 @@ fn gpu_present() -> bool {
     moe_kernels::Gpu::open(0).is_ok()
 }
 
+/// The demo's case with its router (softmax top-k): routed on the host, experts on the GPU.
+fn routed_case(dir: &std::path::Path) -> std::path::PathBuf {
+    let cfg = demo::demo_config();
+    assert!(cfg.routing.is_some());
+    let inputs = demo::random_inputs(&cfg, 6);
+    let path = dir.join("routed.safetensors");
+    case::write_case(&path, &inputs, FloatDtype::BF16).expect("write case");
+    path
+}
+
 #[test]
 fn run_on_cuda_device() {
     let dir = tempfile::tempdir().unwrap();
-    let case_path = given_routing_case(dir.path());
-    let out = dir.path().join("gpu.safetensors");
+    run_case_on_cuda(dir.path(), given_routing_case(dir.path()), &["y", "grad.x", "grad.w13", "grad.w2"]);
+}
+
+#[test]
+fn run_routed_case_on_cuda_device() {
+    let dir = tempfile::tempdir().unwrap();
+    run_case_on_cuda(dir.path(), routed_case(dir.path()), &["y", "grad.x", "grad.w13", "grad.w2", "grad.router.weight", "topk_weights"]);
+}
+
+fn run_case_on_cuda(dir: &std::path::Path, case_path: std::path::PathBuf, compared: &[&str]) {
+    let out = dir.join("gpu.safetensors");
     let res = Command::new(env!("CARGO_BIN_EXE_moe-oracle"))
         .args(["run", case_path.to_str().unwrap(), "-o", out.to_str().unwrap(), "--device", "cuda", "--intermediates", "-q"])
         .output()
@@ -42,7 +61,7 @@ fn run_on_cuda_device() {
     }
     assert_eq!(res.status.code(), Some(0), "{stderr}");
     // The oracle on the same case.
-    let oracle_out = dir.path().join("oracle.safetensors");
+    let oracle_out = dir.join("oracle.safetensors");
     let res = Command::new(env!("CARGO_BIN_EXE_moe-oracle"))
         .args(["run", case_path.to_str().unwrap(), "-o", oracle_out.to_str().unwrap(), "-q"])
         .output()
@@ -53,7 +72,7 @@ fn run_on_cuda_device() {
     for name in ["y", "grad.x", "grad.w13", "grad.w2", "grad.topk_weights", "fwd.h", "bwd.dx_rows"] {
         assert!(g.tensor(name).is_ok(), "candidate lacks {name}");
     }
-    for name in ["y", "grad.x", "grad.w13", "grad.w2"] {
+    for &name in compared {
         let gv: Vec<f64> = g.tensor(name).unwrap().data().chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect();
         let ov: Vec<f64> = o.tensor(name).unwrap().data().chunks(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
         let norm = ov.iter().map(|v| v * v).sum::<f64>().sqrt().max(1e-30);
