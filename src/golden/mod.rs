@@ -237,7 +237,7 @@ fn generate_with_progress(args: &GoldenArgs, stages: &Stages) -> Result<Golden, 
         None
     } else {
         let r = moe_reference::recipe::Recipe::named(args.recipe.name()).expect("golden recipes are named recipes");
-        Some(moe_reference::emulate::run(&inputs, &r, opt).map_err(|e| GoldenError::Args {
+        Some(moe_reference::emulate::run_with(&inputs, &r, opt, false).map_err(|e| GoldenError::Args {
             preset: args.preset.name(),
             why: format!("internal: emulating {}: {e}", args.recipe.name()),
         })?)

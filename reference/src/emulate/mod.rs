@@ -97,10 +97,26 @@ fn read_as(x: &Array2<f64>, st: Storage) -> Tracked {
     Tracked { v, b }
 }
 
-fn read_as3(x: &Array3<f64>, st: Storage) -> (Array3<f64>, Array3<f64>) {
+/// A weight tensor rounded to `st`; its rounding errors only when any is non-zero (bf16 weights read as
+/// bf16 have none, and the bounds of a 3 GB weight need not be a 3 GB array of zeros).
+fn read_as3(x: &Array3<f64>, st: Storage) -> (Array3<f64>, Option<Array3<f64>>) {
     let v = x.mapv(|e| st.round(e));
     let b = Zip::from(x).and(&v).map_collect(|&x, &v| (x - v).abs());
-    (v, b)
+    let any = b.iter().any(|&e| e != 0.0);
+    (v, any.then_some(b))
+}
+
+/// Expert `e`'s slice of a weight's bounds (zeros, without storage, when the weight is exact).
+fn bound_of<'a>(b: &'a Option<Array3<f64>>, zero: &'a Array2<f64>, e: usize, shape: (usize, usize)) -> ArrayView2<'a, f64> {
+    match b {
+        Some(b) => b.index_axis(Axis(0), e),
+        None => zero.broadcast(shape).expect("a 1x1 array broadcasts"),
+    }
+}
+
+/// The transpose of a weight slice, contiguous (a per-expert temporary).
+fn transposed(x: ArrayView2<f64>) -> Array2<f64> {
+    x.t().as_standard_layout().into_owned()
 }
 
 fn rows_of(t: &Tracked, r: std::ops::Range<usize>) -> (ArrayView2<'_, f64>, ArrayView2<'_, f64>) {
@@ -129,13 +145,13 @@ fn per_expert_w<F>(e_n: usize, shape: (usize, usize), f: F) -> (Array3<f64>, Arr
 where
     F: Fn(usize) -> stage::GemmOut + Sync,
 {
-    let outs: Vec<stage::GemmOut> = (0..e_n).into_par_iter().map(&f).collect();
     let mut v = Array3::zeros((e_n, shape.0, shape.1));
     let mut b = Array3::zeros((e_n, shape.0, shape.1));
-    for (e, o) in outs.into_iter().enumerate() {
-        v.index_axis_mut(Axis(0), e).assign(&o.out.v);
-        b.index_axis_mut(Axis(0), e).assign(&o.out.b);
-    }
+    v.axis_iter_mut(Axis(0)).into_par_iter().zip(b.axis_iter_mut(Axis(0))).enumerate().for_each(|(e, (mut v, mut b))| {
+        let o = f(e);
+        v.assign(&o.out.v);
+        b.assign(&o.out.b);
+    });
     (v, b)
 }
 
@@ -210,8 +226,23 @@ fn routing_backward_magnitude(cfg: &crate::config::Routing, routed: &route::Rout
     out * 1.01
 }
 
-/// Emulate forward (and backward when `inp.dy` is present) under `recipe`.
+/// Drop a stage's quantised operands unless they are kept for output.
+fn keep_q(mut o: stage::GemmOut, keep: bool) -> stage::GemmOut {
+    if !keep {
+        o.qa = None;
+        o.qb = None;
+    }
+    o
+}
+
+/// Emulate forward (and backward when `inp.dy` is present) under `recipe`, keeping the quantised
+/// operands (`q.<name>`) for output.
 pub fn run(inp: &LayerInputs, recipe: &Recipe, opt: Options) -> Result<Emulated, EmulateError> {
+    run_with(inp, recipe, opt, true)
+}
+
+/// [`run`], keeping the quantised operands only when `keep_quantised` (they are as large as the weights).
+pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised: bool) -> Result<Emulated, EmulateError> {
     let plans = Plans::parse(recipe)?;
     let cfg: &MoeConfig = &inp.cfg;
     let st = &recipe.storage;
@@ -233,15 +264,19 @@ pub fn run(inp: &LayerInputs, recipe: &Recipe, opt: Options) -> Result<Emulated,
     let (w13_v, w13_b) = read_as3(&inp.w13, st.inputs);
     let (w2_v, w2_b) = read_as3(&inp.w2, st.inputs);
     let x_rows = Tracked { v: rows.gather(x_in.v.view()), b: rows.gather(x_in.b.view()) };
+    let zero = Array2::<f64>::zeros((1, 1));
 
     // GEMM1: h = x_rows · w13[e]ᵀ
     let (h, outs) = timed("emulate fwd.h", || {
         per_expert(&rows, 2 * id, |e| {
             let (a, ab) = rows_of(&x_rows, rows.expert_rows(e));
-            gemm_stage(&plans.gemm1, a, ab, w13_v.index_axis(Axis(0), e), w13_b.index_axis(Axis(0), e), st.h)
+            let out = gemm_stage(&plans.gemm1, a, ab, w13_v.index_axis(Axis(0), e), bound_of(&w13_b, &zero, e, (2 * id, hd)), st.h);
+            keep_q(out, keep_quantised)
         })
     });
-    quantised.extend(quantise_rows("q.x", &plans.gemm1, &x_in.v));
+    if keep_quantised {
+        quantised.extend(quantise_rows("q.x", &plans.gemm1, &x_in.v));
+    }
     quantised.extend(stack_weights("q.w13", &outs));
     drop(outs);
 
@@ -265,10 +300,13 @@ pub fn run(inp: &LayerInputs, recipe: &Recipe, opt: Options) -> Result<Emulated,
     let (o, outs) = timed("emulate fwd.o", || {
         per_expert(&rows, hd, |e| {
             let (av, ab) = rows_of(&a, rows.expert_rows(e));
-            gemm_stage(&plans.gemm2, av, ab, w2_v.index_axis(Axis(0), e), w2_b.index_axis(Axis(0), e), st.o)
+            let out = gemm_stage(&plans.gemm2, av, ab, w2_v.index_axis(Axis(0), e), bound_of(&w2_b, &zero, e, (hd, id)), st.o);
+            keep_q(out, keep_quantised)
         })
     });
-    quantised.extend(quantise_rows("q.fwd.a", &plans.gemm2, &a.v));
+    if keep_quantised {
+        quantised.extend(quantise_rows("q.fwd.a", &plans.gemm2, &a.v));
+    }
     quantised.extend(stack_weights("q.w2", &outs));
     drop(outs);
 
@@ -344,15 +382,17 @@ pub fn run(inp: &LayerInputs, recipe: &Recipe, opt: Options) -> Result<Emulated,
     let do_ = store(do_raw, do_pre, st.do_);
 
     // da = do · w2[e]
-    let w2t_v: Vec<Array2<f64>> = (0..e_n).map(|e| w2_v.index_axis(Axis(0), e).t().as_standard_layout().into_owned()).collect();
-    let w2t_b: Vec<Array2<f64>> = (0..e_n).map(|e| w2_b.index_axis(Axis(0), e).t().as_standard_layout().into_owned()).collect();
     let (da, _) = timed("emulate bwd.da", || {
         per_expert(rows, id, |e| {
             let (dv, db) = rows_of(&do_, rows.expert_rows(e));
-            gemm_stage(&plans.dgrad2, dv, db, w2t_v[e].view(), w2t_b[e].view(), st.da)
+            let wt = transposed(w2_v.index_axis(Axis(0), e));
+            let wtb = transposed(bound_of(&w2_b, &zero, e, (hd, id)));
+            keep_q(gemm_stage(&plans.dgrad2, dv, db, wt.view(), wtb.view(), st.da), false)
         })
     });
-    quantised.extend(quantise_rows("q.bwd.do", &plans.dgrad2, &do_.v));
+    if keep_quantised {
+        quantised.extend(quantise_rows("q.bwd.do", &plans.dgrad2, &do_.v));
+    }
 
     // SwiGLU backward
     let mut dh_raw = Array2::zeros((m, 2 * id));
@@ -388,15 +428,17 @@ pub fn run(inp: &LayerInputs, recipe: &Recipe, opt: Options) -> Result<Emulated,
     });
 
     // dx_rows = dh · w13[e]
-    let w13t_v: Vec<Array2<f64>> = (0..e_n).map(|e| w13_v.index_axis(Axis(0), e).t().as_standard_layout().into_owned()).collect();
-    let w13t_b: Vec<Array2<f64>> = (0..e_n).map(|e| w13_b.index_axis(Axis(0), e).t().as_standard_layout().into_owned()).collect();
     let (dx_rows, _) = timed("emulate bwd.dx_rows", || {
         per_expert(rows, hd, |e| {
             let (dv, db) = rows_of(&dh, rows.expert_rows(e));
-            gemm_stage(&plans.dgrad1, dv, db, w13t_v[e].view(), w13t_b[e].view(), st.dx_rows)
+            let wt = transposed(w13_v.index_axis(Axis(0), e));
+            let wtb = transposed(bound_of(&w13_b, &zero, e, (2 * id, hd)));
+            keep_q(gemm_stage(&plans.dgrad1, dv, db, wt.view(), wtb.view(), st.dx_rows), false)
         })
     });
-    quantised.extend(quantise_rows("q.bwd.dh", &plans.dgrad1, &dh.v));
+    if keep_quantised {
+        quantised.extend(quantise_rows("q.bwd.dh", &plans.dgrad1, &dh.v));
+    }
 
     // grad.w13[e] = dh_eᵀ · x_rows_e
     let (gw13, gw13_b) = timed("emulate grad.w13", || {
