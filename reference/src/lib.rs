@@ -10,6 +10,7 @@
 //! ([`gemm`]) -> SwiGLU ([`act`]) -> GEMM2 -> combine ([`dispatch`]); [`layer`] composes them and their
 //! backward.
 
+pub mod accum;
 pub mod act;
 pub mod config;
 pub mod dispatch;
@@ -18,6 +19,7 @@ pub mod formats;
 pub mod gemm;
 pub mod emulate;
 pub mod layer;
+pub mod quant;
 pub mod recipe;
 pub mod route;
 

@@ -1,0 +1,143 @@
+//! Block-scaled quantisation as data: a [`QuantSpec`] (element format, [`Block`] shape, [`ScaleRule`],
+//! overflow behaviour of the element cast) applied to a 2-D tensor gives a [`QuantTensor`]: the elements
+//! on the format's grid, one dequantisation scale per block, and the UE8M0 codes of MX scales.
+//!
+//! Per block, operation by operation as the kernels do it (`shared/docs/numerics.md`, "Block-scaled
+//! recipes"; the rule-specific steps are in [`rule`]):
+//! 1. `amax` = the f32 maximum of `|x|` over the block (NaN if any element is NaN, as `torch.amax`);
+//! 2. the rule turns `amax` into an f32 multiplier `m` and a dequant scale `scale`;
+//! 3. each element: `y = fl32(x * m)` (one f32 multiply), then `q = cast(format, y)` rounded to nearest
+//!    even with the spec's [`Overflow`] (kernels saturate: PTX `satfinite`);
+//! 4. the tensor reconstructs as `q * scale` ([`QuantTensor::dequantize`], exact in f64).
+//!
+//! Inputs are f32-representable (bf16 or f32 data); other values are first rounded to f32, as a kernel
+//! reading them would.
+
+mod block;
+mod bound;
+mod rule;
+
+use ndarray::{Array2, ArrayView2};
+use rayon::prelude::*;
+
+use crate::formats::{self, Format, Overflow};
+
+pub use block::Block;
+pub use rule::{MxRounding, ScaleRule};
+
+/// A bad block shape or quantisation description.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QuantError {
+    #[error("bad block shape {0:?} (expected RxC with positive integers, e.g. 1x128, 128x128, 32x1)")]
+    BadBlock(String),
+}
+
+/// How one tensor is quantised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QuantSpec {
+    /// Element format (E4M3, E5M2, E2M1; bf16 and f16 work too).
+    pub format: Format,
+    /// Which elements share a scale.
+    pub block: Block,
+    /// How the scale follows from the block's amax.
+    pub rule: ScaleRule,
+    /// What the element cast does on overflow (kernels: [`Overflow::Saturate`]).
+    pub overflow: Overflow,
+}
+
+/// A quantised tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuantTensor {
+    pub spec: QuantSpec,
+    /// Element values on the format's grid (before scaling), same shape as the input.
+    pub q: Array2<f64>,
+    /// Per block: the factor that multiplies `q` to reconstruct `x` (the dequant scale), shape
+    /// `spec.block.grid(rows, cols)`.
+    pub scale: Array2<f64>,
+    /// The UE8M0 code of each scale when the rule produces them (MX rules).
+    pub scale_bits: Option<Array2<u8>>,
+}
+
+/// Round to f32 (nearest even), as an f64.
+#[inline]
+fn fl32(x: f64) -> f32 {
+    x as f32
+}
+
+/// Quantise `x` under `spec`.
+pub fn quantize(x: ArrayView2<f64>, spec: &QuantSpec) -> QuantTensor {
+    let (rows, cols) = x.dim();
+    let (gr, gc) = spec.block.grid(rows, cols);
+    let (br, bc) = spec.block.dims();
+    // One strip of block rows per task: each returns its rows of `q` and its row of scales.
+    let strips: Vec<(Vec<f64>, Vec<f64>, Vec<u8>)> = (0..gr)
+        .into_par_iter()
+        .map(|bi| {
+            let r0 = bi * br;
+            let r1 = (r0 + br).min(rows);
+            let mut q = vec![0.0; (r1 - r0) * cols];
+            let mut sc = Vec::with_capacity(gc);
+            let mut bits = Vec::with_capacity(gc);
+            for bj in 0..gc {
+                let c0 = bj * bc;
+                let c1 = (c0 + bc).min(cols);
+                let block = x.slice(ndarray::s![r0..r1, c0..c1]);
+                let bs = spec.rule.block_scale(amax_f32(block), spec.format);
+                for (i, row) in block.outer_iter().enumerate() {
+                    for (j, &v) in row.iter().enumerate() {
+                        // One f32 multiply, then the element cast.
+                        let y = fl32(v) * bs.mul;
+                        q[i * cols + c0 + j] = formats::quantize(spec.format, f64::from(y), spec.overflow);
+                    }
+                }
+                sc.push(f64::from(bs.scale));
+                bits.push(bs.bits.unwrap_or(0));
+            }
+            (q, sc, bits)
+        })
+        .collect();
+    let mut q = Vec::with_capacity(rows * cols);
+    let mut scale = Vec::with_capacity(gr * gc);
+    let mut codes = Vec::with_capacity(gr * gc);
+    for (qs, s, b) in strips {
+        q.extend(qs);
+        scale.extend(s);
+        codes.extend(b);
+    }
+    let scale_bits = matches!(spec.rule, ScaleRule::Mx(_))
+        .then(|| Array2::from_shape_vec((gr, gc), codes).expect("grid shape"));
+    QuantTensor {
+        spec: *spec,
+        q: Array2::from_shape_vec((rows, cols), q).expect("input shape"),
+        scale: Array2::from_shape_vec((gr, gc), scale).expect("grid shape"),
+        scale_bits,
+    }
+}
+
+/// The f32 maximum of `|x|` over a block: NaN if any element is NaN (`torch.amax` propagates NaN), 0 for
+/// an empty or all-zero block.
+fn amax_f32(block: ArrayView2<f64>) -> f32 {
+    let mut m = 0.0f32;
+    for &v in block.iter() {
+        let a = fl32(v).abs();
+        if a.is_nan() {
+            return f32::NAN;
+        }
+        m = m.max(a);
+    }
+    m
+}
+
+impl QuantTensor {
+    /// `q * scale` element by element (exact in f64: an element of at most 11 significant bits times an
+    /// f32 scale).
+    pub fn dequantize(&self) -> Array2<f64> {
+        let (rows, cols) = self.q.dim();
+        Array2::from_shape_fn((rows, cols), |(r, c)| self.q[[r, c]] * self.scale_of(r, c))
+    }
+
+    /// The dequant scale of the block holding element `(r, c)`.
+    pub fn scale_of(&self, r: usize, c: usize) -> f64 {
+        self.scale[self.spec.block.block_of(r, c)]
+    }
+}
