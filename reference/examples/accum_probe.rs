@@ -1,0 +1,47 @@
+//! Throughput of `accum::gemm_nt` under each accumulation model.
+//!
+//! `cargo run --release -p moe-reference --example accum_probe [M N K] [model ...]`
+//! (default 1024 1536 2048, every model). Operands are seeded pseudo-random bf16 values (E4M3 values with
+//! 1x128 / 128-row scales for the FP8 models). Prints seconds and G multiply-adds per second.
+
+use std::time::Instant;
+
+use moe_reference::accum::{gemm_nt, Model};
+use moe_reference::formats::{quantize, Format, Overflow};
+use ndarray::Array2;
+
+fn lcg(seed: &mut u64) -> f64 {
+    *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    ((*seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let nums: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let (m, n, k) = if nums.len() == 3 { (nums[0], nums[1], nums[2]) } else { (1024, 1536, 2048) };
+    let names: Vec<&str> = args.iter().filter(|a| a.parse::<usize>().is_err()).map(|s| s.as_str()).collect();
+    let names = if names.is_empty() { vec!["exact", "f32", "f32-fma", "hopper", "hopper-fp8", "hopper-fp8-fast"] } else { names };
+    let mut seed = 7u64;
+    let mut gen = |rows: usize, fmt: Format, scale: f64| {
+        Array2::from_shape_fn((rows, k), |_| quantize(fmt, lcg(&mut seed) * scale, Overflow::Saturate))
+    };
+    let (a16, b16) = (gen(m, Format::Bf16, 1.0), gen(n, Format::Bf16, 0.05));
+    let (a8, b8) = (gen(m, Format::E4M3, 448.0), gen(n, Format::E4M3, 448.0));
+    let nb = k.div_ceil(128);
+    let sa = Array2::from_elem((m, nb), 1.0 / 448.0f32 as f64);
+    let sb = Array2::from_elem((n, nb), 0.05f32 as f64 / 448.0f32 as f64);
+    println!("M={m} N={n} K={k}, {} threads", rayon::current_num_threads());
+    for name in names {
+        let model = Model::parse(name).unwrap_or_else(|e| panic!("{e}"));
+        let fp8 = name.starts_with("hopper-fp8");
+        let t = Instant::now();
+        let c = if fp8 {
+            gemm_nt(&model, a8.view(), b8.view(), Some((sa.view(), sb.view(), 128)))
+        } else {
+            gemm_nt(&model, a16.view(), b16.view(), None)
+        };
+        let s = t.elapsed().as_secs_f64();
+        let checksum: f64 = c.iter().sum();
+        println!("{name:16} {s:8.3} s  {:7.2} G MAC/s  (checksum {checksum:.6e})", (m * n * k) as f64 / s / 1e9);
+    }
+}
