@@ -150,7 +150,9 @@ fn zero_token_expert() -> Mutant {
 }
 
 fn missing_promotion() -> Mutant {
-    let mut inp = inputs(&cfg(8, 1024, 32, 2, 1, "fp8-block"), 17);
+    // Positive data and a long K (16384): the tensor core's truncation then piles up well past the
+    // recipe's bound, which with promotion every 128 it never does.
+    let mut inp = inputs(&cfg(4, 16384, 16, 1, 1, "fp8-block"), 17);
     inp.x.mapv_inplace(f64::abs);
     inp.w13.mapv_inplace(f64::abs);
     let mut fast = Recipe::named("fp8-block").unwrap();

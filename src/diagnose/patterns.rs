@@ -158,6 +158,7 @@ fn slot_weight(rp: &Replay, st: &Replayed, bad: &[bool]) -> Option<Pattern> {
     match st.name {
         "y" => {
             let o = rp.src("fwd.o")?;
+            let u_y = rp.ctx.recipe.storage.y.unit_roundoff();
             let h = got.shape()[1];
             for j in 0..k {
                 for (unweighted, how) in [(true, "not multiplied by its combine weight"), (false, "missing from the combine")] {
@@ -165,7 +166,9 @@ fn slot_weight(rp: &Replay, st: &Replayed, bad: &[bool]) -> Option<Pattern> {
                         let (t, c) = (i / h, i % h);
                         let r = rows.slot_row[t * k + j]?;
                         let term = o.x[[r, c]] * if unweighted { 1.0 - w[[t, j]] } else { -w[[t, j]] };
-                        Some((ex[i] + term, 2.0 * bd[i] + 2f64.powi(-20) * term.abs()))
+                        let alt = ex[i] + term;
+                        // The kernel rounds its own (different) sum to storage.
+                        Some((alt, 2.0 * bd[i] + 2f64.powi(-20) * term.abs() + 2.0 * u_y * alt.abs()))
                     };
                     if explains(got, bad, alt) {
                         return Some(Pattern { name: "slot-weight-missing", detail: format!("y: slot {j}'s expert output is {how}") });
