@@ -403,3 +403,112 @@ fn every_mutant_fails_check_and_diagnose_names_its_stage() {
     assert!(ms.len() >= 12);
     assert!(failures.is_empty(), "mutants not handled: {failures:?}");
 }
+
+/// A random small correct case and its emulated candidate: every named recipe, both activations, given
+/// or computed (softmax, sigmoid) routing, -1 slots, expert parallelism, kernel row order, F32 or F64.
+fn random_correct(seed: u64, dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use moe_oracle::demo::XorShift;
+    use moe_reference::config::Activation;
+    use moe_reference::recipe::NAMED;
+    let mut g = XorShift::new(seed ^ 0xFA15E);
+    let mut pick = |n: usize| (g.next_u64() % n as u64) as usize;
+    let recipe = NAMED[seed as usize % NAMED.len()];
+    let e = 1 + pick(6);
+    let k = 1 + pick(e.min(3));
+    let mut c = cfg(1 + pick(12), [8, 16, 32, 48][pick(4)], [4, 8, 16][pick(3)], e, k, recipe);
+    if pick(3) == 0 {
+        c.activation = Activation::SwigluClamped { alpha: 1.702, limit: 7.0 };
+    }
+    c.routing = match pick(3) {
+        0 => softmax_routing(),
+        1 => sigmoid_routing(),
+        _ => None,
+    };
+    if e % 2 == 0 && pick(2) == 0 {
+        c.ep_ranks = 2;
+    }
+    let mut inp = inputs(&c, seed);
+    if let Some(ids) = inp.topk_ids.as_mut() {
+        // Some unused slots.
+        for t in 0..c.tokens {
+            if pick(5) == 0 {
+                ids[[t, k - 1]] = -1;
+            }
+        }
+    }
+    let b = base(&inp);
+    let rows = &b.em.fwd.rows;
+    let case = write_case(dir, &format!("fa{seed}"), &inp);
+    let dtype = if pick(2) == 0 { FloatDtype::F32 } else { FloatDtype::F64 };
+    let cand = if pick(2) == 0 {
+        // The kernel's own row order: a random permutation of the rows.
+        let m = rows.rows();
+        let mut order: Vec<usize> = (0..m).collect();
+        for i in (1..m).rev() {
+            order.swap(i, pick(i + 1));
+        }
+        write_candidate(dir, &format!("fa{seed}"), &c, &b.tensors, Some((&order, &rows.row_token, &rows.row_slot)), dtype)
+    } else {
+        write_candidate(dir, &format!("fa{seed}"), &c, &b.tensors, None, dtype)
+    };
+    (case, cand)
+}
+
+/// Whether a failing tensor is the known upstream issue (reported to the lead): with softmax routing and
+/// `normalize_topk`, the gradient of an unselected expert's logit is exactly zero, but `route::backward`
+/// computes it through the full softmax and leaves f64 cancellation noise (~1e-19); the oracle's and the
+/// emulator's noise differ, and the emulator's `grad.router.weight` bound (absolute floor 2^-140) does not
+/// cover it. Counted and reported separately, never silently.
+fn known_router_noise(v: &Verdicts, cfg_json: &str) -> bool {
+    let failing: Vec<&str> = v.check.tensors.iter().filter(|t| t.violations > 0).map(|t| t.name.as_str()).collect();
+    failing == ["grad.router.weight"] && cfg_json.contains("\"softmax\"") && cfg_json.contains("\"normalize_topk\":true")
+}
+
+fn false_alarms(n: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut check_alarms, mut diag_alarms, mut router_noise) = (vec![], vec![], 0usize);
+    let mut worst = 0.0f64;
+    for seed in 0..n {
+        let (case, cand) = random_correct(seed, dir.path());
+        let v = judge(&case, &cand, None);
+        let cfg_json = moe_oracle::case::read_case(&case, Default::default()).unwrap().config_json;
+        if v.check.verdict != "pass" {
+            if known_router_noise(&v, &cfg_json) {
+                router_noise += 1;
+            } else {
+                check_alarms.push((seed, v.check.human()));
+            }
+        }
+        if v.diag.first_bad_stage.is_some() {
+            diag_alarms.push((seed, v.diag.human()));
+        }
+        for t in v.check.tensors.iter().filter(|t| t.name != "grad.router.weight") {
+            worst = worst.max(t.max_ratio);
+        }
+        std::fs::remove_file(case).unwrap();
+        std::fs::remove_file(cand).unwrap();
+    }
+    println!(
+        "SCORES: false alarms: check {}/{n} (plus {router_noise} in grad.router.weight from the known softmax-normalize noise), \
+         diagnose {}/{n} correct emulated candidates; largest error/bound outside grad.router.weight {worst:.3}",
+        check_alarms.len(),
+        diag_alarms.len()
+    );
+    assert!(check_alarms.is_empty() && diag_alarms.is_empty(), "false alarms: check {check_alarms:#?}\ndiagnose {diag_alarms:#?}");
+}
+
+#[test]
+fn no_false_alarm_on_correct_emulated_candidates() {
+    false_alarms(std::env::var("MOE_FALSE_ALARM_N").ok().and_then(|s| s.parse().ok()).unwrap_or(1000));
+}
+
+/// The upstream issue itself (see [`known_router_noise`]): ignored until the emulator's router bound (or
+/// `route::backward`) is fixed; then it must pass and the exception above can go.
+#[test]
+#[ignore]
+fn router_weight_gradient_bound_covers_softmax_normalize_noise() {
+    let dir = tempfile::tempdir().unwrap();
+    let (case, cand) = random_correct(120, dir.path());
+    let v = judge(&case, &cand, None);
+    assert_eq!(v.check.verdict, "pass", "{}", v.check.human());
+}
