@@ -392,7 +392,10 @@ fn every_mutant_fails_check_and_diagnose_names_its_stage() {
             m.pattern.unwrap_or("-"),
             v.diag.experts
         );
-        if !(ok_check && ok_stage && ok_pattern && ok_experts) {
+        // No smearing: with the whole pipeline consistently computed from swapped weights, the stages
+        // downstream of fwd.h that read no weights (replayed from the candidate's own inputs) pass.
+        let ok_clean = !m.name.starts_with("gate/up") || !["fwd.a", "y", "grad.topk_weights", "bwd.dh", "grad.w13"].iter().any(|s| v.diag.also_bad.contains(s));
+        if !(ok_check && ok_stage && ok_pattern && ok_experts && ok_clean) {
             failures.push(m.name);
         }
     }
