@@ -274,3 +274,21 @@ fn diagnose_reports_json_fields_and_writes_a_png() {
     assert!(d["first_bad_stage"].is_null() && d["pattern"].is_null());
     assert_eq!(d["experts"], serde_json::json!([]));
 }
+
+/// Writes a medium case (T=256, H=1024, I=512, E=16, k=4, bf16) and its emulated candidate with
+/// intermediates to `$MOE_TIMING_DIR`, for timing `check` and `diagnose` by hand (BENCHMARKS).
+#[test]
+#[ignore]
+fn write_medium_case_for_timing() {
+    let Ok(dir) = std::env::var("MOE_TIMING_DIR") else {
+        println!("SKIP: set MOE_TIMING_DIR");
+        return;
+    };
+    let dir = Path::new(&dir);
+    let c = cfg(256, 1024, 512, 16, 4, "bf16");
+    let inp = inputs(&c, 9);
+    let case = write_case(dir, "medium", &inp);
+    let b = base(&inp);
+    let cand = write_candidate(dir, "medium", &c, &b.tensors, None, FloatDtype::F32);
+    println!("wrote {} and {}", case.display(), cand.display());
+}
