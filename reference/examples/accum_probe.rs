@@ -2,7 +2,7 @@
 //!
 //! `cargo run --release -p moe-reference --example accum_probe [M N K] [model ...]`
 //! (default 1024 1536 2048, every model). Operands are seeded pseudo-random bf16 values (E4M3 values with
-//! 1x128 / 128-row scales for the FP8 models). Prints seconds and G multiply-adds per second.
+//! 1x128 / 128-row scales for the FP8 models). Prints seconds, G multiply-adds per second of wall time, and per CPU-second (steadier under load).
 
 use std::time::Instant;
 
@@ -13,6 +13,16 @@ use ndarray::Array2;
 fn lcg(seed: &mut u64) -> f64 {
     *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     ((*seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+}
+
+/// CPU seconds used by this process so far (user + system, from /proc/self/stat; 0 where unavailable),
+/// a steadier measure than wall time on a machine shared with other jobs.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0.0 };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0) + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    ticks / 100.0 // USER_HZ
 }
 
 fn main() {
@@ -34,14 +44,16 @@ fn main() {
     for name in names {
         let model = Model::parse(name).unwrap_or_else(|e| panic!("{e}"));
         let fp8 = name.starts_with("hopper-fp8");
-        let t = Instant::now();
+        let (t, cpu) = (Instant::now(), cpu_seconds());
         let c = if fp8 {
             gemm_nt(&model, a8.view(), b8.view(), Some((sa.view(), sb.view(), 128)))
         } else {
             gemm_nt(&model, a16.view(), b16.view(), None)
         };
         let s = t.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - cpu;
         let checksum: f64 = c.iter().sum();
-        println!("{name:16} {s:8.3} s  {:7.2} G MAC/s  (checksum {checksum:.6e})", (m * n * k) as f64 / s / 1e9);
+        let g = (m * n * k) as f64 / 1e9;
+        println!("{name:16} {s:8.3} s  {:7.2} G MAC/s wall  {:7.2} G MAC per CPU-second  (checksum {checksum:.6e})", g / s, g / cpu);
     }
 }

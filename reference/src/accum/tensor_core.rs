@@ -43,7 +43,7 @@ fn decompose(v: f64, mbits: u32, emin: i32) -> Option<(i32, i32)> {
     if !(-1000..=1000).contains(&sh) {
         return None;
     }
-    let m = v * 2f64.powi(sh); // exact: a power-of-two scaling inside f64's range
+    let m = v * f64::from_bits(((sh + 1023) as u64) << 52); // exact: a power-of-two scaling in range
     (m == m.trunc() && m.abs() < f64::from(1u32 << (mbits + 1))).then_some((e, m as i32))
 }
 
@@ -88,63 +88,51 @@ fn panels(b: &Operand, n: usize, k: usize, shift: u32) -> Panels {
     Panels { e, m, k }
 }
 
-/// `sum·2^(e - n)` truncated toward zero to `f` fraction bits below its leading bit and to f32's
-/// subnormal spacing; `±inf` from `2^128` up.
-#[inline]
-fn finish(sum: i64, e: i32, n: u32, f: u32) -> f32 {
-    if sum == 0 {
-        return 0.0;
+/// The running C of `NR` lanes, kept in the form the next instruction aligns: `mc·2^(ec - 23)` with a
+/// signed significand of at most 24 bits, `ec` = its alignment exponent (`floor(log2|C|)`, at least
+/// f32's -126, as the hardware reads an f32's exponent field), [`ZERO_EXP`] for zero.
+struct Acc {
+    ec: [i32; NR],
+    mc: [i64; NR],
+    /// A zero that came from truncating a negative sum (written as -0.0).
+    neg_zero: [bool; NR],
+    /// +1 / -1 once the lane overflowed f32 (it stays ±inf: C = inf plus finite products is inf).
+    inf: [i8; NR],
+}
+
+impl Acc {
+    fn zero() -> Acc {
+        Acc { ec: [ZERO_EXP; NR], mc: [0; NR], neg_zero: [false; NR], inf: [0; NR] }
     }
-    let neg = sum < 0;
-    let a = sum.unsigned_abs();
-    let unit = e - n as i32; // exponent of one unit of `sum`
-    let lead = unit + 63 - a.leading_zeros() as i32;
-    let mag = if lead >= 128 {
-        f32::INFINITY
-    } else {
-        let lsb = (lead - f as i32).max(-149);
-        let drop = lsb - unit;
-        let q = if drop <= 0 {
-            a << (-drop)
-        } else if drop >= 64 {
-            0
-        } else {
-            a >> drop
-        };
-        // q < 2^24 and 2^lsb is a normal f64: the product is exact and an f32.
-        (q as f64 * f64::from_bits(((lsb + 1023) as u64) << 52)) as f32
-    };
-    if neg {
-        -mag
-    } else {
-        mag
+
+    /// The lanes as f32 values.
+    #[inline(always)]
+    fn to_f32(&self) -> [f32; NR] {
+        let mut out = [0.0f32; NR];
+        for l in 0..NR {
+            let m = self.mc[l];
+            let am = m.unsigned_abs() as u32;
+            let field = if am >= 1 << 23 { (self.ec[l] + 127) as u32 } else { 0 };
+            let sign = u32::from(m < 0 || self.neg_zero[l]) << 31;
+            let v = f32::from_bits(sign | field << 23 | (am & 0x7F_FFFF));
+            out[l] = match self.inf[l] {
+                0 => v,
+                s if s > 0 => f32::INFINITY,
+                _ => f32::NEG_INFINITY,
+            };
+        }
+        out
     }
 }
 
-/// One instruction on `NR` lanes: `c` (updated in place) plus the products of A's `k` slice (`ea`, `ma`)
-/// and the panel's rows `eb`, `mb`.
+/// One instruction on `NR` lanes: C (`acc`, updated in place) plus the products of A's `k` slice (`ea`,
+/// `ma`) and the panel's rows `eb`, `mb`. `x` is scratch for the products' alignment exponents.
 #[inline(always)]
-fn instruction(t: &TensorCore, c: &mut [f32; NR], ea: &[i32], ma: &[i32], eb: &[[i32; NR]], mb: &[[i32; NR]]) {
+fn instruction(t: &TensorCore, acc: &mut Acc, x: &mut [[i32; NR]; KMAX], ea: &[i32], ma: &[i32], eb: &[[i32; NR]], mb: &[[i32; NR]]) {
     let kk = ea.len();
-    let n = t.n_bits as i32;
-    // C as (alignment exponent, 24-bit signed significand with 23 fraction bits).
-    let mut ec = [ZERO_EXP; NR];
-    let mut mc = [0i64; NR];
-    let mut special = false;
-    for l in 0..NR {
-        let v = c[l];
-        if !v.is_finite() {
-            special = true;
-        } else if v != 0.0 {
-            let bits = v.to_bits();
-            let field = ((bits >> 23) & 0xFF) as i32;
-            let mant = i64::from(bits & 0x7F_FFFF) | if field != 0 { 1 << 23 } else { 0 };
-            ec[l] = field.max(1) - 127;
-            mc[l] = if v < 0.0 { -mant } else { mant };
-        }
-    }
-    let mut x = [[0i32; NR]; KMAX];
-    let mut emax = ec;
+    let (n, f) = (t.n_bits as i32, t.out_frac_bits as i32);
+    // E: the largest alignment exponent of C and the products.
+    let mut emax = acc.ec;
     for k in 0..kk {
         let a = ea[k];
         let eb = &eb[k];
@@ -154,70 +142,89 @@ fn instruction(t: &TensorCore, c: &mut [f32; NR], ea: &[i32], ma: &[i32], eb: &[
             emax[l] = emax[l].max(v);
         }
     }
+    // Every product truncated toward zero to units of 2^(E - n), summed exactly.
     let mut sum = [0i32; NR];
     for k in 0..kk {
         let a = ma[k];
         let mb = &mb[k];
         let x = &x[k];
         for l in 0..NR {
-            let s = (emax[l] - x[l]).min(31) as u32;
+            // A shift of 32 or more leaves nothing (`checked_shr` says so, and x86's variable shifts
+            // do it in one instruction).
+            let s = (emax[l] - x[l]) as u32;
             let p = a * mb[l];
-            let sign = p >> 31; // 0 or -1
-            let tr = (p.unsigned_abs() >> s) as i32;
-            sum[l] += (tr ^ sign) - sign;
+            let tr = p.unsigned_abs().checked_shr(s).unwrap_or(0) as i32;
+            sum[l] += if p < 0 { -tr } else { tr };
         }
     }
     for l in 0..NR {
-        if special && !c[l].is_finite() {
-            continue; // inf or NaN C plus finite products stays as it is
-        }
         let e = emax[l];
-        let mut s = i64::from(sum[l]);
-        if mc[l] != 0 {
-            let sh = ec[l] - 23 + n - e;
-            s += if sh >= 0 {
-                mc[l] << sh
-            } else {
-                let mag = mc[l].unsigned_abs() >> (-sh).min(63);
-                if mc[l] < 0 { -(mag as i64) } else { mag as i64 }
-            };
-        }
-        c[l] = finish(s, e, t.n_bits, t.out_frac_bits);
+        // C's term: mc·2^(ec - 23) in units of 2^(E - n), truncated toward zero (a zero C has
+        // ec = ZERO_EXP, so its shift is far right: nothing).
+        let sh = acc.ec[l] - 23 + n - e;
+        let m = acc.mc[l];
+        let tc = (m.unsigned_abs() << sh.clamp(0, 63)) >> (-sh).clamp(0, 63);
+        let tc = if m < 0 { -(tc as i64) } else { tc as i64 };
+        let s = i64::from(sum[l]) + tc;
+        // The sum s·2^(E - n) truncated toward zero to f fraction bits below its leading bit and to
+        // f32's subnormal spacing 2^-149.
+        let neg = s < 0;
+        let a = s.unsigned_abs();
+        let unit = e - n;
+        let lead = unit + 63 - a.leading_zeros() as i32;
+        let lsb = (lead - f).max(-149);
+        let drop = lsb - unit;
+        let q = (a << (-drop).clamp(0, 63)) >> drop.clamp(0, 63);
+        let zero = q == 0;
+        let ec = lead.max(-126);
+        let mq = (q << (lsb - ec + 23).clamp(0, 63)) as i64;
+        acc.ec[l] = if zero { ZERO_EXP } else { ec };
+        acc.mc[l] = if neg { -mq } else { mq };
+        acc.neg_zero[l] = zero && neg;
+        let over = !zero && lead >= 128;
+        acc.inf[l] = if acc.inf[l] != 0 {
+            acc.inf[l]
+        } else if over {
+            if neg { -1 } else { 1 }
+        } else {
+            0
+        };
     }
+}
+
+/// Instructions over `s0..s1`, chained from C = 0.
+#[inline(always)]
+fn run(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, s0: usize, s1: usize) -> [f32; NR] {
+    let k = bp.k;
+    let (ar, br) = (row * k, panel * k);
+    let mut acc = Acc::zero();
+    // Scratch for the alignment exponents of one instruction (not re-zeroed: each instruction writes the
+    // rows it reads).
+    let mut x = [[0i32; NR]; KMAX];
+    let mut i0 = s0;
+    while i0 < s1 {
+        let i1 = (i0 + t.k_inst).min(s1);
+        instruction(t, &mut acc, &mut x, &a.e[ar + i0..ar + i1], &a.m[ar + i0..ar + i1], &bp.e[br + i0..br + i1], &bp.m[br + i0..br + i1]);
+        i0 = i1;
+    }
+    acc.to_f32()
 }
 
 /// The chain over K range `k0..k1` from C = 0 (promotion every `promote_every` into IEEE f32 adds).
 #[inline(always)]
 fn chain(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, k0: usize, k1: usize) -> [f32; NR] {
-    let k = bp.k;
-    let run = |s0: usize, s1: usize| {
-        let mut c = [0.0f32; NR];
-        let mut i0 = s0;
-        while i0 < s1 {
-            let i1 = (i0 + t.k_inst).min(s1);
-            let ar = row * k;
-            let br = panel * k;
-            instruction(t, &mut c, &a.e[ar + i0..ar + i1], &a.m[ar + i0..ar + i1], &bp.e[br + i0..br + i1], &bp.m[br + i0..br + i1]);
-            i0 = i1;
-        }
-        c
-    };
     match t.promote_every {
-        None => run(k0, k1),
+        None => run(t, a, row, bp, panel, k0, k1),
         Some(p) => {
             let mut fin = [0.0f32; NR];
             let mut s0 = k0;
             while s0 < k1 {
                 let s1 = (s0 + p).min(k1);
-                let part = run(s0, s1);
+                let part = run(t, a, row, bp, panel, s0, s1);
                 for l in 0..NR {
                     fin[l] += part[l];
                 }
                 s0 = s1;
-            }
-            if k0 == k1 {
-                // No promotion step ran: the f32 register still holds its initial zero.
-                fin = [0.0; NR];
             }
             fin
         }
@@ -234,6 +241,17 @@ fn fast_path_fits(t: &TensorCore) -> Option<u32> {
 }
 
 pub(super) fn gemm_nt(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> Array2<f64> {
+    gemm_nt_lanes(t, a, b, scales, wide_lanes_available())
+}
+
+/// [`super::gemm_nt`] for a tensor-core model without the AVX-512 build of the kernel (the path other
+/// CPUs take), so that tests on an AVX-512 machine cover both builds.
+#[doc(hidden)]
+pub fn gemm_nt_portable(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> Array2<f64> {
+    gemm_nt_lanes(t, a, b, scales, false)
+}
+
+fn gemm_nt_lanes(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, wide: bool) -> Array2<f64> {
     let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
     let fast = fast_path_fits(t).and_then(|shift| {
         let da = decompose_rows(a, t.operands.0)?;
@@ -248,31 +266,69 @@ pub(super) fn gemm_nt(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, sc
         return slow_gemm(t, a, b, scales);
     };
     let bp = panels(&db, n, k, shift);
-    let np = n.div_ceil(NR);
     c.as_slice_mut().expect("fresh array").par_chunks_mut(n).enumerate().for_each(|(i, out)| {
-        for p in 0..np {
-            let lanes = match scales {
-                None => chain(t, &da, i, &bp, p, 0, k),
-                Some((sa, sb, kb)) => {
-                    let mut fin = [0.0f32; NR];
-                    for (blk, k0) in (0..k).step_by(kb).enumerate() {
-                        let part = chain(t, &da, i, &bp, p, k0, (k0 + kb).min(k));
-                        for l in 0..NR {
-                            let j = p * NR + l;
-                            if j < n {
-                                fin[l] = promote_scaled(fin[l], sa[[i, blk]], sb[[j, blk]], part[l]);
-                            }
-                        }
-                    }
-                    fin
-                }
-            };
-            for l in 0..NR.min(n - p * NR) {
-                out[p * NR + l] = f64::from(lanes[l]);
+        if wide {
+            // SAFETY: the CPU has the features `row_wide` is compiled for (checked at run time).
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                row_wide(t, &da, i, &bp, n, scales, out)
             }
+        } else {
+            row(t, &da, i, &bp, n, scales, out)
         }
     });
     c
+}
+
+/// Whether the AVX-512 build of the row kernel can run here.
+fn wide_lanes_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512cd")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`row`] compiled for AVX-512 (one 16-lane register per quantity instead of two 8-lane ones): the same
+/// code, so the same results.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx512cd")]
+unsafe fn row_wide(t: &TensorCore, a: &Operand, i: usize, bp: &Panels, n: usize, scales: Option<Scales>, out: &mut [f64]) {
+    row(t, a, i, bp, n, scales, out)
+}
+
+/// Output row `i`, panel by panel.
+#[inline(always)]
+fn row(t: &TensorCore, a: &Operand, i: usize, bp: &Panels, n: usize, scales: Option<Scales>, out: &mut [f64]) {
+    let k = bp.k;
+    for p in 0..n.div_ceil(NR) {
+        let lanes = match scales {
+            None => chain(t, a, i, bp, p, 0, k),
+            Some((sa, sb, kb)) => {
+                let mut fin = [0.0f32; NR];
+                for (blk, k0) in (0..k).step_by(kb).enumerate() {
+                    let part = chain(t, a, i, bp, p, k0, (k0 + kb).min(k));
+                    for l in 0..NR {
+                        let j = p * NR + l;
+                        if j < n {
+                            fin[l] = promote_scaled(fin[l], sa[[i, blk]], sb[[j, blk]], part[l]);
+                        }
+                    }
+                }
+                fin
+            }
+        };
+        for l in 0..NR.min(n - p * NR) {
+            out[p * NR + l] = f64::from(lanes[l]);
+        }
+    }
 }
 
 /// Entry by entry through the definition: for operands off the declared formats' grids.

@@ -167,6 +167,49 @@ fn quantise_rows(name: &str, plan: &GemmPlan, x: &Array2<f64>) -> Option<Quantis
     Some(Quantised { name: name.into(), format: p.spec.format, block: p.spec.block.to_string(), q: q.q.into_dyn(), scale: q.scale.into_dyn() })
 }
 
+/// Bounds on the magnitudes of the terms the routing backward sums, per (token, expert), for gradient
+/// magnitudes `g` at the combine weights (see [`route::backward`]): with `dq = scaling·g`,
+/// `DV_i = (|dq_i| + Σ_j q_j·|dq_j|)/S` when renormalised (else `|dq_i|`); sigmoid `DV_i·σ(l)σ(−l)`;
+/// softmax chosen `p_i·(Σ_f p_f·(DV_i + DV_f) + DV_i·(unchosen mass))`, unchosen `p_e·Σ_f p_f·DV_f`.
+fn routing_backward_magnitude(cfg: &crate::config::Routing, routed: &route::Routed, logits: ArrayView2<f64>, g: ArrayView2<f64>) -> Array2<f64> {
+    let (t_n, e_n) = routed.scores.dim();
+    let k = routed.topk_ids.ncols();
+    let mut out = Array2::zeros((t_n, e_n));
+    for t in 0..t_n {
+        let s = routed.scores.row(t);
+        let ids: Vec<usize> = routed.topk_ids.row(t).iter().map(|&i| i as usize).collect();
+        let dq: Vec<f64> = (0..k).map(|j| cfg.scaling.abs() * g[[t, j]]).collect();
+        let v: Vec<f64> = ids.iter().map(|&i| s[i]).collect();
+        let dv: Vec<f64> = if cfg.normalize_topk {
+            let total: f64 = v.iter().sum();
+            let inner: f64 = (0..k).map(|j| v[j] / total * dq[j]).sum();
+            (0..k).map(|i| (dq[i] + inner) / total).collect()
+        } else {
+            dq
+        };
+        let mut row = out.row_mut(t);
+        match cfg.score {
+            crate::config::Score::Sigmoid => {
+                for (j, &i) in ids.iter().enumerate() {
+                    row[i] = dv[j] * s[i] * crate::act::sigmoid(-logits[[t, i]]);
+                }
+            }
+            crate::config::Score::Softmax => {
+                let chosen_sum: f64 = ids.iter().zip(&dv).map(|(&f, &d)| s[f] * d).sum();
+                let mass: f64 = (0..e_n).filter(|e| !ids.contains(e)).map(|e| s[e]).sum();
+                for e in 0..e_n {
+                    row[e] = s[e] * chosen_sum;
+                }
+                let psum: f64 = ids.iter().map(|&f| s[f]).sum();
+                for (j, &i) in ids.iter().enumerate() {
+                    row[i] = s[i] * (chosen_sum + dv[j] * psum + dv[j] * mass);
+                }
+            }
+        }
+    }
+    out * 1.01
+}
+
 /// Emulate forward (and backward when `inp.dy` is present) under `recipe`.
 pub fn run(inp: &LayerInputs, recipe: &Recipe, opt: Options) -> Result<Emulated, EmulateError> {
     let plans = Plans::parse(recipe)?;
@@ -373,20 +416,21 @@ pub fn run(inp: &LayerInputs, recipe: &Recipe, opt: Options) -> Result<Emulated,
             let dl_exact = route::backward(rcfg, routed, lg.view(), gtw.v.view());
             // |J|·b: the Jacobian's columns from one-hot gradients.
             let mut dl_b = Array2::<f64>::zeros(dl_exact.dim());
-            let mut mag = Array2::<f64>::zeros(dl_exact.dim());
             for j in 0..k {
                 let mut onehot = Array2::zeros((cfg.tokens, k));
                 onehot.column_mut(j).fill(1.0);
                 let col = route::backward(rcfg, routed, lg.view(), onehot.view());
                 for t in 0..cfg.tokens {
-                    let (g, gb) = (gtw.v[[t, j]], gtw.b[[t, j]]);
                     for e in 0..e_n {
-                        dl_b[[t, e]] += col[[t, e]].abs() * gb;
-                        mag[[t, e]] += col[[t, e]].abs() * (g.abs() + gb);
+                        dl_b[[t, e]] += col[[t, e]].abs() * gtw.b[[t, j]];
                     }
                 }
             }
-            // f32 evaluation of the routing backward: 64 units of 2^-24 of the magnitudes.
+            // Evaluation in f32 by the kernel (and in f64 by the oracle): errors relative to the magnitudes
+            // of the intermediate terms, which cancel in the result (an unchosen expert's gradient is 0 in
+            // real numbers under renormalisation, but not in floating point).
+            let gmag = Zip::from(&gtw.v).and(&gtw.b).map_collect(|&g, &b| g.abs() + b);
+            let mag = routing_backward_magnitude(rcfg, routed, lg.view(), gmag.view());
             let dl_b = dl_b * (1.0 + 1e-12) + mag * (64.0 * 2f64.powi(-24)) + 2f64.powi(-140);
             let dl = store(dl_exact, dl_b, Storage::F32);
             let rw_in = read_as(rw, st.inputs);

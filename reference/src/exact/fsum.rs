@@ -5,17 +5,32 @@
 //! Exact as long as no intermediate overflows (|partials| < 2^1023); callers keep magnitudes far below that
 //! and tests compare it with `ExactSum`.
 
-/// Non-overlapping partials of finite f64 sums never number more than about 2098/53 + 1 = 41 (each covers
-/// a disjoint stretch of the exponent range), so they live inline: no heap, no bounds to grow.
+use super::ExactSum;
+
+/// Partials live inline (no heap) up to this many (a guard: sums that stay below 2^1023 need at most 41). Non-overlapping partials of dense f64 values number at
+/// most about 2098/53 + 1 = 41, but values with sparse significands (powers of two, scaled FP8 codes) can
+/// leave one partial per few bits of the exponent range: when the inline space is full, the partials move
+/// into an [`ExactSum`] (exact, slower) and accumulation goes on.
 const MAX_PARTIALS: usize = 48;
 
+/// Magnitudes from which a sum of two may overflow.
+const BIG: f64 = 8.98846567431158e307; // 2^1023
+
 /// Accumulates exactly; `round` gives the correctly rounded (nearest, ties to even) sum.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct SmallSum {
     /// `partials[..len]`: non-overlapping, increasing in magnitude.
     partials: [f64; MAX_PARTIALS],
     len: usize,
     special: f64,
+    /// Where the partials went when they outgrew the inline space.
+    spill: Option<Box<ExactSum>>,
+}
+
+impl std::fmt::Debug for SmallSum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmallSum").field("partials", &&self.partials[..self.len]).field("spilled", &self.spill.is_some()).finish()
+    }
 }
 
 impl Default for SmallSum {
@@ -26,13 +41,24 @@ impl Default for SmallSum {
 
 impl SmallSum {
     pub fn new() -> Self {
-        SmallSum { partials: [0.0; MAX_PARTIALS], len: 0, special: 0.0 }
+        SmallSum { partials: [0.0; MAX_PARTIALS], len: 0, special: 0.0, spill: None }
     }
 
     #[inline]
     pub fn clear(&mut self) {
         self.len = 0;
         self.special = 0.0;
+        self.spill = None;
+    }
+
+    /// Move the partials into the exact accumulator.
+    #[cold]
+    fn spill_partials(&mut self) {
+        let spill = self.spill.get_or_insert_with(|| Box::new(ExactSum::new()));
+        for &p in &self.partials[..self.len] {
+            spill.add(p);
+        }
+        self.len = 0;
     }
 
     #[inline]
@@ -43,6 +69,16 @@ impl SmallSum {
         }
         if x == 0.0 {
             return;
+        }
+        // Near the top of the range a two-sum can overflow (inf - inf = NaN partials): such values, and
+        // everything after them, go to the exact accumulator, which covers the whole range.
+        if self.spill.is_some() || x.abs() >= BIG {
+            self.spill_partials();
+            self.spill.as_mut().expect("just made").add(x);
+            return;
+        }
+        if self.len == MAX_PARTIALS {
+            self.spill_partials();
         }
         let mut x = x;
         let mut i = 0;
@@ -83,6 +119,13 @@ impl SmallSum {
     pub fn round(&self) -> f64 {
         if self.special != 0.0 || self.special.is_nan() {
             return self.special;
+        }
+        if let Some(spill) = &self.spill {
+            let mut s = (**spill).clone();
+            for &p in &self.partials[..self.len] {
+                s.add(p);
+            }
+            return s.round();
         }
         let p = &self.partials[..self.len];
         let mut n = p.len();
