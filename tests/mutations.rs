@@ -457,43 +457,27 @@ fn random_correct(seed: u64, dir: &std::path::Path) -> (std::path::PathBuf, std:
     (case, cand)
 }
 
-/// Whether a failing tensor is the known upstream issue (reported to the lead): with softmax routing and
-/// `normalize_topk`, the gradient of an unselected expert's logit is exactly zero, but `route::backward`
-/// computes it through the full softmax and leaves f64 cancellation noise (~1e-19); the oracle's and the
-/// emulator's noise differ, and the emulator's `grad.router.weight` bound (absolute floor 2^-140) does not
-/// cover it. Counted and reported separately, never silently.
-fn known_router_noise(v: &Verdicts, cfg_json: &str) -> bool {
-    let failing: Vec<&str> = v.check.tensors.iter().filter(|t| t.violations > 0).map(|t| t.name.as_str()).collect();
-    failing == ["grad.router.weight"] && cfg_json.contains("\"softmax\"") && cfg_json.contains("\"normalize_topk\":true")
-}
-
 fn false_alarms(n: u64) {
     let dir = tempfile::tempdir().unwrap();
-    let (mut check_alarms, mut diag_alarms, mut router_noise) = (vec![], vec![], 0usize);
+    let (mut check_alarms, mut diag_alarms) = (vec![], vec![]);
     let mut worst = 0.0f64;
     for seed in 0..n {
         let (case, cand) = random_correct(seed, dir.path());
         let v = judge(&case, &cand, None);
-        let cfg_json = moe_oracle::case::read_case(&case, Default::default()).unwrap().config_json;
         if v.check.verdict != "pass" {
-            if known_router_noise(&v, &cfg_json) {
-                router_noise += 1;
-            } else {
-                check_alarms.push((seed, v.check.human()));
-            }
+            check_alarms.push((seed, v.check.human()));
         }
         if v.diag.first_bad_stage.is_some() {
             diag_alarms.push((seed, v.diag.human()));
         }
-        for t in v.check.tensors.iter().filter(|t| t.name != "grad.router.weight") {
+        for t in &v.check.tensors {
             worst = worst.max(t.max_ratio);
         }
         std::fs::remove_file(case).unwrap();
         std::fs::remove_file(cand).unwrap();
     }
     println!(
-        "SCORES: false alarms: check {}/{n} (plus {router_noise} in grad.router.weight from the known softmax-normalize noise), \
-         diagnose {}/{n} correct emulated candidates; largest error/bound outside grad.router.weight {worst:.3}",
+        "SCORES: false alarms: check {}/{n}, diagnose {}/{n} correct emulated candidates; largest error/bound {worst:.3}",
         check_alarms.len(),
         diag_alarms.len()
     );
@@ -505,13 +489,15 @@ fn no_false_alarm_on_correct_emulated_candidates() {
     false_alarms(std::env::var("MOE_FALSE_ALARM_N").ok().and_then(|s| s.parse().ok()).unwrap_or(1000));
 }
 
-/// The upstream issue itself (see [`known_router_noise`]): ignored until the emulator's router bound (or
-/// `route::backward`) is fixed; then it must pass and the exception above can go.
+/// Regression: with softmax routing and `normalize_topk`, an unselected expert's logit gradient is exactly
+/// zero but f64 leaves cancellation noise (~1e-19) in `grad.router.weight`; before the emulator bounded the
+/// routing backward by its terms' magnitudes, 14 of the 1,000 random candidates above failed there.
 #[test]
-#[ignore]
 fn router_weight_gradient_bound_covers_softmax_normalize_noise() {
     let dir = tempfile::tempdir().unwrap();
-    let (case, cand) = random_correct(120, dir.path());
-    let v = judge(&case, &cand, None);
-    assert_eq!(v.check.verdict, "pass", "{}", v.check.human());
+    for seed in [77, 107, 120, 263, 306, 373, 498] {
+        let (case, cand) = random_correct(seed, dir.path());
+        let v = judge(&case, &cand, None);
+        assert_eq!(v.check.verdict, "pass", "seed {seed}: {}", v.check.human());
+    }
 }
