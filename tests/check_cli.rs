@@ -292,3 +292,25 @@ fn write_medium_case_for_timing() {
     let cand = write_candidate(dir, "medium", &c, &b.tensors, None, FloatDtype::F32);
     println!("wrote {} and {}", case.display(), cand.display());
 }
+
+#[test]
+fn diagnose_without_intermediates_names_the_output() {
+    let s = setup("bf16");
+    let c = &s.base.inputs.cfg;
+    let mut t = s.base.tensors.clone();
+    t.retain(|n, _| !n.starts_with("fwd.") && !n.starts_with("bwd."));
+    let mut g = t["grad.x"].clone().into_dimensionality::<Ix2>().unwrap();
+    g.row_mut(4).mapv_inplace(|v| v * 0.5);
+    t.insert("grad.x".into(), g.into_dyn());
+    let cand = write_candidate(s.dir.path(), "outs", c, &t, None, FloatDtype::F32);
+    let json = s.dir.path().join("o.json");
+    let o = oracle(&["diagnose", p(&s.case), "--candidate", p(&cand), "--json", p(&json)]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
+    let d: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(d["first_bad_stage"], "grad.x");
+    assert_eq!(d["tokens"], serde_json::json!([4]));
+    let gx = d["stages"].as_array().unwrap().iter().find(|s| s["name"] == "grad.x").unwrap().clone();
+    assert_eq!(gx["inputs"], serde_json::json!([["bwd.dx_rows", "emulated"]]), "{gx}");
+    let fh = d["stages"].as_array().unwrap().iter().find(|s| s["name"] == "fwd.h").unwrap().clone();
+    assert_eq!(fh["verdict"], "not in candidate");
+}
