@@ -275,8 +275,9 @@ fn diagnose_reports_json_fields_and_writes_a_png() {
     assert_eq!(d["experts"], serde_json::json!([]));
 }
 
-/// Writes a medium case (T=256, H=1024, I=512, E=16, k=4, bf16) and its emulated candidate with
-/// intermediates to `$MOE_TIMING_DIR`, for timing `check` and `diagnose` by hand (BENCHMARKS).
+/// Writes a case (default T=256, H=1024, I=512, E=16, k=4, bf16; `MOE_TIMING_SHAPE=T,H,I,E,k` overrides),
+/// inputs stored as BF16 (they are bf16 values), and its emulated candidate with intermediates to
+/// `$MOE_TIMING_DIR`, for timing `check` and `diagnose` by hand and for runs on the GPU machine.
 #[test]
 #[ignore]
 fn write_medium_case_for_timing() {
@@ -285,9 +286,15 @@ fn write_medium_case_for_timing() {
         return;
     };
     let dir = Path::new(&dir);
-    let c = cfg(256, 1024, 512, 16, 4, "bf16");
+    let shape: Vec<usize> = std::env::var("MOE_TIMING_SHAPE")
+        .unwrap_or_else(|_| "256,1024,512,16,4".into())
+        .split(',')
+        .map(|v| v.trim().parse().expect("MOE_TIMING_SHAPE=T,H,I,E,k"))
+        .collect();
+    let c = cfg(shape[0], shape[1], shape[2], shape[3], shape[4], "bf16");
     let inp = inputs(&c, 9);
-    let case = write_case(dir, "medium", &inp);
+    let case = dir.join("medium.case.safetensors");
+    case::write_case(&case, &inp, FloatDtype::BF16).unwrap();
     let b = base(&inp);
     let cand = write_candidate(dir, "medium", &c, &b.tensors, None, FloatDtype::F32);
     println!("wrote {} and {}", case.display(), cand.display());
