@@ -63,7 +63,8 @@ pub struct DiagnoseArgs {
 #[derive(Clone, Debug, Serialize)]
 pub struct StageResult {
     pub name: &'static str,
-    /// `pass`, `fail`, or `not in candidate`.
+    /// `pass`, `fail`, `not in candidate`, or `not replayed` (backward without `dy` in the case, or
+    /// `grad.router.weight` when the case gives its routing).
     pub verdict: &'static str,
     pub violations: usize,
     pub elements: usize,
@@ -101,7 +102,9 @@ pub fn diagnose(ctx: &Context) -> Result<(Diagnosis, Option<replay::Replayed>), 
     let mut also_bad = Vec::new();
     for name in STAGES {
         let Some(st) = rp.stage(name) else {
-            stages.push(StageResult { name, verdict: "not in candidate", violations: 0, elements: 0, max_ratio: 0.0, inputs: vec![], worst: None });
+            // Held but not replayable: backward without `dy`, or the router's gradient without a router.
+            let verdict = if ctx.cand.get(name).is_some() { "not replayed" } else { "not in candidate" };
+            stages.push(StageResult { name, verdict, violations: 0, elements: 0, max_ratio: 0.0, inputs: vec![], worst: None });
             continue;
         };
         let r = compare(name, st.got.view(), st.exact.view(), st.bound.view(), &layout);
