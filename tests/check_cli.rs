@@ -321,3 +321,23 @@ fn diagnose_without_intermediates_names_the_output() {
     let fh = d["stages"].as_array().unwrap().iter().find(|s| s["name"] == "fwd.h").unwrap().clone();
     assert_eq!(fh["verdict"], "not in candidate");
 }
+
+#[test]
+fn forward_only_case_lists_gradients_as_not_checked() {
+    let s = setup("bf16");
+    let mut inp = s.base.inputs.clone();
+    inp.dy = None;
+    let case = write_case(s.dir.path(), "fwd_only", &inp);
+    let cand = write_candidate(s.dir.path(), "all", &inp.cfg, &s.base.tensors, None, FloatDtype::F32);
+    let json = s.dir.path().join("f.json");
+    let o = oracle(&["check", p(&case), "--candidate", p(&cand), "--json", p(&json)]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let not = r["not_checked"].as_array().unwrap();
+    assert!(not.iter().any(|n| n["name"] == "grad.x" && n["why"].as_str().unwrap().contains("no dy")), "{not:?}");
+    let o = oracle(&["diagnose", p(&case), "--candidate", p(&cand), "--json", p(&json)]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    let d: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let gx = d["stages"].as_array().unwrap().iter().find(|s| s["name"] == "grad.x").unwrap().clone();
+    assert_eq!(gx["verdict"], "not replayed");
+}
