@@ -71,6 +71,11 @@ pub struct StageResult {
     pub max_ratio: f64,
     /// The stage's intermediate inputs: `candidate` (replayed from the candidate's own) or `emulated`.
     pub inputs: Vec<(String, &'static str)>,
+    /// Fraction of elements bit-equal to the recipe's emulation from the same inputs (GEMM and SwiGLU
+    /// stages): 1.0 for a kernel that follows the recipe's quantisation and accumulation model exactly.
+    /// Information only (a kernel may accumulate in another order and be right); it shows deviations that
+    /// the a-priori bounds, loose for FP8, let through (e.g. power-of-two scales where the recipe has f32).
+    pub emulation_match: Option<f64>,
     pub worst: Option<Worst>,
 }
 
@@ -104,11 +109,15 @@ pub fn diagnose(ctx: &Context) -> Result<(Diagnosis, Option<replay::Replayed>), 
         let Some(st) = rp.stage(name) else {
             // Held but not replayable: backward without `dy`, or the router's gradient without a router.
             let verdict = if ctx.cand.get(name).is_some() { "not replayed" } else { "not in candidate" };
-            stages.push(StageResult { name, verdict, violations: 0, elements: 0, max_ratio: 0.0, inputs: vec![], worst: None });
+            stages.push(StageResult { name, verdict, violations: 0, elements: 0, max_ratio: 0.0, inputs: vec![], emulation_match: None, worst: None });
             continue;
         };
         let r = compare(name, st.got.view(), st.exact.view(), st.bound.view(), &layout);
         let inputs = st.inputs.iter().map(|(n, c)| (n.to_string(), if *c { "candidate" } else { "emulated" })).collect();
+        let emulation_match = st.emulated.as_ref().filter(|e| !e.is_empty()).map(|e| {
+            let same = st.got.iter().zip(e.iter()).filter(|(g, v)| g.to_bits() == v.to_bits() || (**g == 0.0 && **v == 0.0)).count();
+            same as f64 / e.len() as f64
+        });
         stages.push(StageResult {
             name,
             verdict: r.verdict,
@@ -116,6 +125,7 @@ pub fn diagnose(ctx: &Context) -> Result<(Diagnosis, Option<replay::Replayed>), 
             elements: r.elements,
             max_ratio: r.max_ratio,
             inputs,
+            emulation_match,
             worst: r.worst.filter(|_| r.violations > 0),
         });
         if r.violations > 0 {
@@ -170,11 +180,12 @@ impl Diagnosis {
     pub fn human(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "moe-oracle diagnose {} --candidate {} (recipe {})", self.case, self.candidate, self.recipe);
-        let _ = writeln!(s, "  {:<20} {:<17} {:>14} {:>12}  inputs", "stage", "verdict", "max err/bound", "violations");
+        let _ = writeln!(s, "  {:<20} {:<17} {:>14} {:>12} {:>10}  inputs", "stage", "verdict", "max err/bound", "violations", "=emulated");
         for st in &self.stages {
             let inputs: Vec<String> = st.inputs.iter().map(|(n, w)| format!("{n} ({w})")).collect();
             let ratio = if st.elements == 0 { "-".to_string() } else if st.max_ratio.is_infinite() { "inf".into() } else { format!("{:.3e}", st.max_ratio) };
-            let _ = writeln!(s, "  {:<20} {:<17} {:>14} {:>12}  {}", st.name, st.verdict, ratio, st.violations, inputs.join(", "));
+            let em = st.emulation_match.map_or("-".to_string(), |f| format!("{:.1}%", 100.0 * f));
+            let _ = writeln!(s, "  {:<20} {:<17} {:>14} {:>12} {:>10}  {}", st.name, st.verdict, ratio, st.violations, em, inputs.join(", "));
         }
         match self.first_bad_stage {
             None => {

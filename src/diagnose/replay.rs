@@ -86,6 +86,9 @@ pub struct Replayed {
     pub bound: ArrayD<f64>,
     /// The stage's intermediate inputs and whether each came from the candidate.
     pub inputs: Vec<(&'static str, bool)>,
+    /// What the recipe's emulation computes from the same inputs (GEMM and SwiGLU stages), bit for bit
+    /// what a kernel following the recipe's accumulation model exactly would store.
+    pub emulated: Option<ArrayD<f64>>,
 }
 
 /// The recipe's GEMM plans, parsed once.
@@ -169,11 +172,12 @@ impl<'a> Replay<'a> {
     }
 
     /// Per-expert row GEMM `out_e = a_e · B_eᵀ`: (bound, exact) [M, width].
-    fn rows_gemm(&self, plan: &GemmPlan, st: Storage, a: &Src, w: &Src3, transpose: bool, width: usize) -> (Array2<f64>, Array2<f64>) {
+    fn rows_gemm(&self, plan: &GemmPlan, st: Storage, a: &Src, w: &Src3, transpose: bool, width: usize) -> (Array2<f64>, Array2<f64>, Array2<f64>) {
         let rows = &self.ctx.exact_fwd.rows;
         let m = rows.rows();
         let mut bound = Array2::zeros((m, width));
         let mut exact = Array2::zeros((m, width));
+        let mut emulated = Array2::zeros((m, width));
         for e in 0..rows.experts {
             let r = rows.expert_rows(e);
             if r.is_empty() {
@@ -183,18 +187,20 @@ impl<'a> Replay<'a> {
             let b = w.expert(e, transpose);
             let out = gemm_stage(plan, av, ab, b.v.view(), b.b.view(), st).out;
             bound.slice_mut(s![r.clone(), ..]).assign(&out.b);
+            emulated.slice_mut(s![r.clone(), ..]).assign(&out.v);
             exact.slice_mut(s![r, ..]).assign(&gemm::matmul_nt(ax, b.x.view()));
         }
-        (bound, exact)
+        (bound, exact, emulated)
     }
 
     /// Per-expert weight gradient `g_e = Aᵀ_e · Bᵀ_e` over the expert's rows: (bound, exact) [E, p, q].
-    fn weight_gemm(&self, plan: &GemmPlan, a: &Src, b: &Src, p: usize, q: usize) -> (Array3<f64>, Array3<f64>) {
+    fn weight_gemm(&self, plan: &GemmPlan, a: &Src, b: &Src, p: usize, q: usize) -> (Array3<f64>, Array3<f64>, Array3<f64>) {
         let rows = &self.ctx.exact_fwd.rows;
         let st = self.ctx.recipe.storage.grad_w;
         let e_n = rows.experts;
         let mut bound = Array3::zeros((e_n, p, q));
         let mut exact = Array3::zeros((e_n, p, q));
+        let mut emulated = Array3::zeros((e_n, p, q));
         for e in 0..e_n {
             let r = rows.expert_rows(e);
             if r.is_empty() {
@@ -207,9 +213,10 @@ impl<'a> Replay<'a> {
             let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
             let out = gemm_stage(plan, t(av).view(), t(ab).view(), t(bv).view(), t(bb).view(), st).out;
             bound.index_axis_mut(Axis(0), e).assign(&out.b);
+            emulated.index_axis_mut(Axis(0), e).assign(&out.v);
             exact.index_axis_mut(Axis(0), e).assign(&gemm::matmul_nt(ax.t(), bx.t()));
         }
-        (bound, exact)
+        (bound, exact, emulated)
     }
 
     /// The router's backward from `grad.topk_weights` (as the emulator bounds it): `dlogits` value and
@@ -252,24 +259,27 @@ impl<'a> Replay<'a> {
         let rows = &ctx.exact_fwd.rows;
         let (hd, id, k) = (cfg.hidden, cfg.intermediate, cfg.top_k);
         let m = rows.rows();
-        let done = |exact: Array2<f64>, bound: Array2<f64>, inputs: Vec<(&'static str, bool)>| Replayed {
+        let done_em = |exact: Array2<f64>, bound: Array2<f64>, inputs: Vec<(&'static str, bool)>, emulated: Option<Array2<f64>>| Replayed {
             name,
             got: got.clone(),
             exact: exact.into_dyn(),
             bound: bound.into_dyn(),
             inputs,
+            emulated: emulated.map(|e| e.into_dyn()),
         };
-        let done3 = |exact: Array3<f64>, bound: Array3<f64>, inputs: Vec<(&'static str, bool)>| Replayed {
+        let done = |exact: Array2<f64>, bound: Array2<f64>, inputs: Vec<(&'static str, bool)>| done_em(exact, bound, inputs, None);
+        let done3 = |exact: Array3<f64>, bound: Array3<f64>, inputs: Vec<(&'static str, bool)>, emulated: Array3<f64>| Replayed {
             name,
             got: got.clone(),
             exact: exact.into_dyn(),
             bound: bound.into_dyn(),
             inputs,
+            emulated: Some(emulated.into_dyn()),
         };
         match name {
             "fwd.h" => {
-                let (b, x) = self.rows_gemm(&self.plans.gemm1, st.h, &self.x_rows, &self.w13, false, 2 * id);
-                Some(done(x, b, vec![]))
+                let (b, x, v) = self.rows_gemm(&self.plans.gemm1, st.h, &self.x_rows, &self.w13, false, 2 * id);
+                Some(done_em(x, b, vec![], Some(v)))
             }
             "fwd.a" => {
                 let h = self.src("fwd.h")?;
@@ -284,13 +294,13 @@ impl<'a> Replay<'a> {
                         exact[[r, c]] = act::forward(cfg.activation, h.x[[r, c]], h.x[[r, id + c]]);
                     }
                 }
-                let bound = store(raw, pre, st.a).b;
-                Some(done(exact, bound, vec![("fwd.h", h.from_candidate)]))
+                let stored = store(raw, pre, st.a);
+                Some(done_em(exact, stored.b, vec![("fwd.h", h.from_candidate)], Some(stored.v)))
             }
             "fwd.o" => {
                 let a = self.src("fwd.a")?;
-                let (b, x) = self.rows_gemm(&self.plans.gemm2, st.o, &a, &self.w2, false, hd);
-                Some(done(x, b, vec![("fwd.a", a.from_candidate)]))
+                let (b, x, v) = self.rows_gemm(&self.plans.gemm2, st.o, &a, &self.w2, false, hd);
+                Some(done_em(x, b, vec![("fwd.a", a.from_candidate)], Some(v)))
             }
             "y" => {
                 let o = self.src("fwd.o")?;
@@ -324,8 +334,8 @@ impl<'a> Replay<'a> {
             }
             "bwd.da" => {
                 let d = self.src("bwd.do")?;
-                let (b, x) = self.rows_gemm(&self.plans.dgrad2, st.da, &d, &self.w2, true, id);
-                Some(done(x, b, vec![("bwd.do", d.from_candidate)]))
+                let (b, x, v) = self.rows_gemm(&self.plans.dgrad2, st.da, &d, &self.w2, true, id);
+                Some(done_em(x, b, vec![("bwd.do", d.from_candidate)], Some(v)))
             }
             "bwd.dh" => {
                 let h = self.src("fwd.h")?;
@@ -346,13 +356,13 @@ impl<'a> Replay<'a> {
                         exact[[r, id + c]] = eu;
                     }
                 }
-                let bound = store(raw, pre, st.dh).b;
-                Some(done(exact, bound, vec![("fwd.h", h.from_candidate), ("bwd.da", da.from_candidate)]))
+                let stored = store(raw, pre, st.dh);
+                Some(done_em(exact, stored.b, vec![("fwd.h", h.from_candidate), ("bwd.da", da.from_candidate)], Some(stored.v)))
             }
             "bwd.dx_rows" => {
                 let dh = self.src("bwd.dh")?;
-                let (b, x) = self.rows_gemm(&self.plans.dgrad1, st.dx_rows, &dh, &self.w13, true, hd);
-                Some(done(x, b, vec![("bwd.dh", dh.from_candidate)]))
+                let (b, x, v) = self.rows_gemm(&self.plans.dgrad1, st.dx_rows, &dh, &self.w13, true, hd);
+                Some(done_em(x, b, vec![("bwd.dh", dh.from_candidate)], Some(v)))
             }
             "grad.topk_weights" => {
                 let dy = self.dy.as_ref()?;
@@ -376,13 +386,13 @@ impl<'a> Replay<'a> {
             "grad.w2" => {
                 let d = self.src("bwd.do")?;
                 let a = self.src("fwd.a")?;
-                let (b, x) = self.weight_gemm(&self.plans.wgrad2, &d, &a, hd, id);
-                Some(done3(x, b, vec![("bwd.do", d.from_candidate), ("fwd.a", a.from_candidate)]))
+                let (b, x, v) = self.weight_gemm(&self.plans.wgrad2, &d, &a, hd, id);
+                Some(done3(x, b, vec![("bwd.do", d.from_candidate), ("fwd.a", a.from_candidate)], v))
             }
             "grad.w13" => {
                 let dh = self.src("bwd.dh")?;
-                let (b, x) = self.weight_gemm(&self.plans.wgrad1, &dh, &self.x_rows, 2 * id, hd);
-                Some(done3(x, b, vec![("bwd.dh", dh.from_candidate)]))
+                let (b, x, v) = self.weight_gemm(&self.plans.wgrad1, &dh, &self.x_rows, 2 * id, hd);
+                Some(done3(x, b, vec![("bwd.dh", dh.from_candidate)], v))
             }
             "grad.x" => {
                 let dx = self.src("bwd.dx_rows")?;
@@ -432,7 +442,7 @@ impl<'a> Replay<'a> {
                 let dlt = dl.t();
                 let out = gemm_stage(&Self::f32_plan(), dlt.v.view(), dlt.b.view(), xt.v.view(), xt.b.view(), st.grad_w).out;
                 let exact = gemm::matmul_nt(dl_x.t(), self.x.x.t());
-                Some(done(exact, out.b, vec![("grad.topk_weights", gtw.from_candidate)]))
+                Some(done_em(exact, out.b, vec![("grad.topk_weights", gtw.from_candidate)], Some(out.v)))
             }
             _ => None,
         }
