@@ -30,6 +30,8 @@ use crate::error::CaseError;
 
 /// Exit status of every failure.
 pub const EXIT_ERROR: i32 = 2;
+/// Exit status of `check`/`diagnose` when the candidate violates its bounds.
+pub const EXIT_FAILED: i32 = 1;
 
 #[derive(Debug, Parser)]
 #[command(name = "moe-oracle", version, about = "Exact CPU oracle for Mixture-of-Experts layers")]
@@ -52,6 +54,12 @@ pub enum Command {
     /// Write a golden case: realistic inputs for a model preset (or a bug-class scenario) and the exact
     /// oracle's outputs and gradients (F64), byte-identical for the same arguments.
     Golden(crate::golden::GoldenArgs),
+    /// Check a kernel's results against the oracle within the recipe's per-element bounds (exit 0 pass,
+    /// 1 violation, 2 bad input).
+    Check(crate::check::CheckArgs),
+    /// Localise a mismatch: replay each stage from the candidate's own inputs, name the first bad stage,
+    /// blame experts, tokens and features, and recognise common bug patterns.
+    Diagnose(crate::diagnose::DiagnoseArgs),
 }
 
 #[derive(Debug, Args)]
@@ -213,6 +221,12 @@ pub enum CliError {
     /// Making a golden case.
     #[error("{0}")]
     Golden(#[from] crate::golden::GoldenError),
+    /// A candidate that cannot be checked (`check`, `diagnose`).
+    #[error("{0}")]
+    Check(String),
+    /// `check`/`diagnose` ran and found a violation (its report is already printed): exit status 1.
+    #[error("violations found")]
+    Failed,
 }
 
 fn case_msg(path: &Path, e: &CaseError) -> String {
@@ -513,6 +527,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Demo(args) => run_demo(&args.output, args.seed, args.save_case.as_deref(), &args.common),
         Command::Cast(args) => run_cast(args),
         Command::Golden(args) => crate::golden::run_cli(args),
+        Command::Check(args) => crate::check::run(args),
+        Command::Diagnose(args) => crate::diagnose::run(args),
     }
 }
 
@@ -580,6 +596,7 @@ pub fn guarded<F: FnOnce() -> Result<(), CliError>>(f: F) -> i32 {
     let _ = std::panic::take_hook();
     match result {
         Ok(Ok(())) => 0,
+        Ok(Err(CliError::Failed)) => EXIT_FAILED,
         Ok(Err(e)) => {
             print_error(&e.to_string());
             EXIT_ERROR

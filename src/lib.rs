@@ -6,8 +6,10 @@
 //! - [`demo`]: the built-in demo case and a tiny seeded generator.
 
 pub mod case;
+pub mod check;
 pub mod cli;
 pub mod demo;
+pub mod diagnose;
 pub mod emulated;
 pub mod error;
 pub mod golden;

@@ -1,0 +1,210 @@
+//! `moe-oracle check CASE --candidate CAND [--json REPORT] [--recipe R]`: every tensor the candidate holds
+//! against the exact oracle (recomputed from the case's inputs), element by element, within the recipe's
+//! a-priori per-element bounds ([`moe_reference::emulate`]): |faithful kernel − exact| ≤ bound.
+//!
+//! Per tensor: max abs error, max error/bound, violations, and the worst element in model terms
+//! ([`coords`]). Exit status 0 when every checked tensor passes, 1 when any violates its bound (a NaN or
+//! infinity in the candidate is a violation), 2 on bad input (one `error:` line, no report written).
+
+pub mod candidate;
+pub mod coords;
+pub mod report;
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use moe_reference::emulate::{self, tightness::tightness, Emulated};
+use moe_reference::layer::{self, named_tensor};
+use moe_reference::recipe::Recipe;
+use moe_reference::{Backward, Forward, Options};
+use ndarray::ArrayViewD;
+
+use crate::case::{self, Case, ReadOptions};
+use crate::cli::CliError;
+use candidate::{Candidate, CHECKED};
+use coords::Layout;
+pub use report::{CheckReport, NotChecked, TensorResult, Worst};
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Case file (safetensors, moe.format 1): the inputs the candidate was computed from.
+    pub case: PathBuf,
+    /// The kernel's results: any of y, grad.*, fwd.*, bwd.* (F64, F32, BF16 or F16); per-row tensors in
+    /// the oracle's row order, or in the kernel's own with `fwd.row_token` and `fwd.row_slot`.
+    #[arg(long)]
+    pub candidate: PathBuf,
+    /// Also write the report as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Recipe whose bounds apply (named or a JSON file); default: the case config's `recipe`.
+    #[arg(long)]
+    pub recipe: Option<String>,
+}
+
+/// Everything a comparison needs: the case, the exact oracle's results, the recipe's emulation (its
+/// bounds) and the candidate.
+pub struct Context {
+    pub case: Case,
+    pub case_path: PathBuf,
+    pub recipe: Recipe,
+    pub exact_fwd: Forward,
+    pub exact_bwd: Option<Backward>,
+    pub em: Emulated,
+    pub cand: Candidate,
+}
+
+impl Context {
+    /// Read the case and the candidate, run the exact oracle and the recipe's emulation.
+    pub fn load(case_path: &Path, cand_path: &Path, recipe: Option<&str>) -> Result<Context, CliError> {
+        let case = case::read_case(case_path, ReadOptions::default())
+            .map_err(|e| CliError::Case { path: case_path.to_path_buf(), source: e })?;
+        let recipe = crate::emulated::load_recipe(recipe.unwrap_or(&case.inputs.cfg.recipe), None)?;
+        let opt = Options::default();
+        let exact_fwd = layer::forward(&case.inputs, opt);
+        let cand = candidate::read_candidate(cand_path, &case.inputs.cfg, &exact_fwd.rows)
+            .map_err(|e| CliError::Check(e.to_string()))?;
+        if cand.tensors.is_empty() {
+            return Err(CliError::Check(format!(
+                "candidate {}: holds none of the tensors to check ({})",
+                cand_path.display(),
+                CHECKED.join(", ")
+            )));
+        }
+        let exact_bwd = case.inputs.dy.as_ref().map(|dy| layer::backward(&case.inputs, &exact_fwd, dy.view(), opt));
+        let em = emulate::run(&case.inputs, &recipe, opt).map_err(|e| CliError::Recipe(e.to_string()))?;
+        Ok(Context { case, case_path: case_path.to_path_buf(), recipe, exact_fwd, exact_bwd, em, cand })
+    }
+
+    pub fn layout(&self) -> Layout<'_> {
+        Layout {
+            rows: &self.exact_fwd.rows,
+            topk_ids: &self.exact_fwd.topk_ids,
+            intermediate: self.case.inputs.cfg.intermediate,
+            kernel_row: self.cand.kernel_row.as_deref(),
+        }
+    }
+
+    /// The exact oracle's value of a tensor.
+    pub fn exact(&self, name: &str) -> Option<ArrayViewD<'_, f64>> {
+        named_tensor(&self.exact_fwd, self.exact_bwd.as_ref(), name)
+    }
+
+    /// Why a tensor the candidate lacks, or the run cannot produce, is not checked.
+    fn why_not(&self, name: &str) -> Option<String> {
+        let fwd_only = self.exact_bwd.is_none() && !(name.starts_with("fwd.") || name == "y");
+        if fwd_only {
+            return Some("the case has no dy (forward only)".into());
+        }
+        if name == "grad.router.weight" && self.exact_fwd.routed.is_none() {
+            return Some("the case gives its routing (no router)".into());
+        }
+        if self.cand.get(name).is_none() {
+            return Some("not in the candidate".into());
+        }
+        None
+    }
+}
+
+/// Compare `got` with `exact` under `bound` (same shapes): the tensor's numbers and its worst element.
+pub fn compare(name: &str, got: ArrayViewD<f64>, exact: ArrayViewD<f64>, bound: ArrayViewD<f64>, layout: &Layout) -> TensorResult {
+    let t = tightness(name, got.view(), exact.view(), bound.view());
+    let max_abs_error = got.iter().zip(exact.iter()).map(|(&g, &x)| (g - x).abs()).fold(0.0f64, |m, e| if e.is_nan() { f64::INFINITY } else { m.max(e) });
+    let non_finite = got.iter().filter(|v| !v.is_finite()).count();
+    let worst = t.worst.map(|i| {
+        let g = got.iter().nth(i).copied().unwrap_or(f64::NAN);
+        let x = exact.iter().nth(i).copied().unwrap_or(f64::NAN);
+        let b = bound.iter().nth(i).copied().unwrap_or(f64::NAN);
+        Worst { at: layout.describe(name, i, got.shape()), got: g, exact: x, bound: b, ratio: t.max }
+    });
+    TensorResult {
+        name: name.to_string(),
+        verdict: if t.violations == 0 { "pass" } else { "fail" },
+        elements: t.elements,
+        violations: t.violations,
+        non_finite,
+        max_abs_error,
+        max_ratio: t.max,
+        median_ratio: t.median,
+        p99_ratio: t.p99,
+        worst,
+    }
+}
+
+/// Check every tensor the candidate holds.
+pub fn check(ctx: &Context) -> CheckReport {
+    let layout = ctx.layout();
+    let mut tensors = Vec::new();
+    let mut not_checked = Vec::new();
+    for name in CHECKED {
+        if let Some(why) = ctx.why_not(name) {
+            not_checked.push(NotChecked { name: name.to_string(), why });
+            continue;
+        }
+        let (Some(got), Some(exact), Some(bound)) = (ctx.cand.get(name), ctx.exact(name), ctx.em.bound(name)) else {
+            not_checked.push(NotChecked { name: name.to_string(), why: "no bound for it under this recipe".into() });
+            continue;
+        };
+        tensors.push(compare(name, got.view(), exact, bound.view(), &layout));
+    }
+    let verdict = if tensors.iter().any(|t| t.violations > 0) { "fail" } else { "pass" };
+    CheckReport {
+        case: ctx.case_path.display().to_string(),
+        candidate: ctx.cand.path.clone(),
+        recipe: ctx.recipe.name.clone(),
+        verdict,
+        tensors,
+        not_checked,
+        ignored: ctx.cand.ignored.clone(),
+    }
+}
+
+/// Fail early when a report cannot be written where asked.
+pub fn check_report_path(path: &Path) -> Result<(), CliError> {
+    let err = |why: &str| Err(CliError::Output { path: path.to_path_buf(), why: why.into() });
+    if path.as_os_str().is_empty() {
+        return err("empty path");
+    }
+    if path.is_dir() {
+        return err("is a directory");
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(CliError::Output { path: path.to_path_buf(), why: format!("directory {} does not exist", dir.display()) });
+    }
+    Ok(())
+}
+
+/// Write a JSON value to `path` atomically (temporary file, then rename).
+pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(value).expect("reports serialise");
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let out_err = |e: std::io::Error| CliError::Output { path: path.to_path_buf(), why: e.to_string() };
+    let tmp = tempfile::Builder::new().prefix(".report.").suffix(".tmp").tempfile_in(dir).map_err(out_err)?;
+    std::fs::write(tmp.path(), text + "\n").map_err(out_err)?;
+    tmp.persist(path).map_err(|e| out_err(e.error))?;
+    Ok(())
+}
+
+/// The `check` command: exit 0 pass, 1 violation ([`CliError::Failed`]), 2 bad input.
+pub fn run(args: &CheckArgs) -> Result<(), CliError> {
+    if let Some(j) = &args.json {
+        check_report_path(j)?;
+    }
+    let ctx = Context::load(&args.case, &args.candidate, args.recipe.as_deref())?;
+    let rep = check(&ctx);
+    print!("{}", rep.human());
+    if let Some(j) = &args.json {
+        write_json(j, &rep)?;
+    }
+    if rep.verdict == "pass" {
+        Ok(())
+    } else {
+        Err(CliError::Failed)
+    }
+}
