@@ -140,7 +140,10 @@ pub fn check(ctx: &Context) -> CheckReport {
             not_checked.push(NotChecked { name: name.to_string(), why });
             continue;
         }
-        let (Some(got), Some(exact), Some(bound)) = (ctx.cand.get(name), ctx.exact(name), ctx.em.bound(name)) else {
+        // The tightest sound bound: the a-priori one, or |emulated − exact| plus the bound on how far any
+        // faithful kernel may deviate from the emulation, whichever is smaller per element.
+        let bound = ctx.exact(name).and_then(|x| ctx.em.check_bound(name, x));
+        let (Some(got), Some(exact), Some(bound)) = (ctx.cand.get(name), ctx.exact(name), bound) else {
             not_checked.push(NotChecked { name: name.to_string(), why: "no bound for it under this recipe".into() });
             continue;
         };

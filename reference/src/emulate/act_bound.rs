@@ -32,6 +32,16 @@ fn prod_mag(f: &[(f64, f64)]) -> f64 {
 
 /// Emulated `a` (before storage) and its bound (before storage), from `g`, `u` with bounds.
 pub fn forward(act_: Activation, g: f64, bg: f64, u: f64, bu: f64) -> (f64, f64) {
+    forward_n(act_, g, bg, u, bu, 1.0)
+}
+
+/// [`forward`] for deviations from the emulator (`bg`, `bu` are deviation bounds): both the kernel and the
+/// emulator evaluate in f32, so the evaluation term counts twice.
+pub fn forward_dev(act_: Activation, g: f64, dg: f64, u: f64, du: f64) -> f64 {
+    forward_n(act_, g, dg, u, du, 2.0).1
+}
+
+fn forward_n(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, evals: f64) -> (f64, f64) {
     let v = act::forward(act_, g, u) as f32 as f64;
     let mu = u.abs() + bu;
     let factors = match act_ {
@@ -42,7 +52,7 @@ pub fn forward(act_: Activation, g: f64, bg: f64, u: f64, bu: f64) -> (f64, f64)
             [(glu + L1 * bg, L1 * bg), (mu.min(limit) + 1.0, bu)]
         }
     };
-    let b = product_bound(&factors) + EVAL_FWD * prod_mag(&factors) + 4.0 * 2f64.powi(-149);
+    let b = product_bound(&factors) + evals * EVAL_FWD * prod_mag(&factors) + evals * 4.0 * 2f64.powi(-149);
     (v, b)
 }
 
@@ -54,6 +64,17 @@ fn straddles(x: f64, b: f64, limit: f64) -> bool {
 
 /// Emulated `(dg, du)` (before storage) and their bounds.
 pub fn backward(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, da: f64, bda: f64) -> ((f64, f64), (f64, f64)) {
+    backward_n(act_, g, bg, u, bu, da, bda, 1.0)
+}
+
+/// [`backward`] for deviations from the emulator: the deviation bounds of `(dg, du)`.
+pub fn backward_dev(act_: Activation, g: f64, dg: f64, u: f64, du: f64, da: f64, dda: f64) -> (f64, f64) {
+    let ((_, a), (_, b)) = backward_n(act_, g, dg, u, du, da, dda, 2.0);
+    (a, b)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn backward_n(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, da: f64, bda: f64, evals: f64) -> ((f64, f64), (f64, f64)) {
     let (dg, du) = act::backward(act_, g, u, da);
     let (dg, du) = (dg as f32 as f64, du as f32 as f64);
     let d = (da.abs() + bda, bda);
@@ -78,6 +99,6 @@ pub fn backward(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, da: f64, bda
             )
         }
     };
-    let bound = |f: &[(f64, f64)]| product_bound(f) + EVAL_BWD * prod_mag(f) + 8.0 * 2f64.powi(-149);
+    let bound = |f: &[(f64, f64)]| product_bound(f) + evals * (EVAL_BWD * prod_mag(f) + 8.0 * 2f64.powi(-149));
     ((dg, bound(&fg)), (du, bound(&fu)))
 }

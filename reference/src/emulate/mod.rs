@@ -29,7 +29,7 @@ use crate::recipe::{Recipe, Storage};
 use crate::route;
 
 pub use stage::{accumulation_coefficient, GemmPlan, Tracked};
-use stage::{dot_bound, gemm_stage, store};
+use stage::{dot_bound, dot_dev, gemm_stage_with, store, store_dev};
 
 /// A recipe that cannot be run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -56,12 +56,39 @@ pub struct Emulated {
     pub fwd: Forward,
     pub bwd: Option<Backward>,
     pub bounds: Vec<(String, ArrayD<f64>)>,
+    /// Per tensor, a bound on |any faithful kernel's value − this emulation's value| (same names).
+    pub deviations: Vec<(String, ArrayD<f64>)>,
     pub quantised: Vec<Quantised>,
 }
 
 impl Emulated {
     pub fn bound(&self, name: &str) -> Option<&ArrayD<f64>> {
         self.bounds.iter().find(|(n, _)| n == name).map(|(_, b)| b)
+    }
+
+    pub fn deviation(&self, name: &str) -> Option<&ArrayD<f64>> {
+        self.deviations.iter().find(|(n, _)| n == name).map(|(_, b)| b)
+    }
+
+    /// The tightest sound bound on |faithful kernel − exact| for tensor `name` when the exact values are
+    /// known: elementwise the smaller of the a-priori bound and |emulated − exact| + the deviation bound
+    /// (the triangle inequality through the emulation). `None` if the tensor was not emulated.
+    pub fn check_bound(&self, name: &str, exact: ndarray::ArrayViewD<f64>) -> Option<ArrayD<f64>> {
+        let b = self.bound(name)?;
+        let v = crate::layer::named_tensor(&self.fwd, self.bwd.as_ref(), name)?;
+        let mut out = b.clone();
+        match self.deviation(name) {
+            Some(d) if d.shape() == b.shape() && exact.shape() == b.shape() => {
+                Zip::from(&mut out).and(&v).and(&exact).and(d).for_each(|o, &v, &x, &d| {
+                    let through = ((v - x).abs() + d) * (1.0 + 2f64.powi(-50)) + f64::MIN_POSITIVE;
+                    if through < *o {
+                        *o = through;
+                    }
+                });
+                Some(out)
+            }
+            _ => Some(out),
+        }
     }
 }
 
@@ -124,7 +151,7 @@ fn rows_of(t: &Tracked, r: std::ops::Range<usize>) -> (ArrayView2<'_, f64>, Arra
 }
 
 /// Run `f` for every expert in parallel and assemble the expert-major rows of its results.
-fn per_expert<F>(rows: &RowMap, width: usize, f: F) -> (Tracked, Vec<stage::GemmOut>)
+fn per_expert<F>(rows: &RowMap, width: usize, f: F) -> (Tracked, Array2<f64>, Vec<stage::GemmOut>)
 where
     F: Fn(usize) -> stage::GemmOut + Sync,
 {
@@ -132,27 +159,40 @@ where
     let m = rows.rows();
     let mut v = Array2::zeros((m, width));
     let mut b = Array2::zeros((m, width));
+    let mut d = Array2::zeros((m, width));
     for (e, o) in outs.iter().enumerate() {
         let r = rows.expert_rows(e);
         v.slice_mut(s![r.clone(), ..]).assign(&o.out.v);
-        b.slice_mut(s![r, ..]).assign(&o.out.b);
+        b.slice_mut(s![r.clone(), ..]).assign(&o.out.b);
+        if let Some(dev) = &o.dev {
+            d.slice_mut(s![r, ..]).assign(dev);
+        }
     }
-    (Tracked { v, b }, outs)
+    (Tracked { v, b }, d, outs)
 }
 
 /// Per-expert weight-shaped results `[E, p, q]`.
-fn per_expert_w<F>(e_n: usize, shape: (usize, usize), f: F) -> (Array3<f64>, Array3<f64>)
+fn per_expert_w<F>(e_n: usize, shape: (usize, usize), f: F) -> (Array3<f64>, Array3<f64>, Array3<f64>)
 where
     F: Fn(usize) -> stage::GemmOut + Sync,
 {
     let mut v = Array3::zeros((e_n, shape.0, shape.1));
     let mut b = Array3::zeros((e_n, shape.0, shape.1));
-    v.axis_iter_mut(Axis(0)).into_par_iter().zip(b.axis_iter_mut(Axis(0))).enumerate().for_each(|(e, (mut v, mut b))| {
-        let o = f(e);
-        v.assign(&o.out.v);
-        b.assign(&o.out.b);
-    });
-    (v, b)
+    let mut d = Array3::zeros((e_n, shape.0, shape.1));
+    v.axis_iter_mut(Axis(0))
+        .into_par_iter()
+        .zip(b.axis_iter_mut(Axis(0)))
+        .zip(d.axis_iter_mut(Axis(0)))
+        .enumerate()
+        .for_each(|(e, ((mut v, mut b), mut d))| {
+            let o = f(e);
+            v.assign(&o.out.v);
+            b.assign(&o.out.b);
+            if let Some(dev) = &o.dev {
+                d.assign(dev);
+            }
+        });
+    (v, b, d)
 }
 
 /// Stack per-expert quantised weight operands into `q.<name>` `[E, ...]`.
@@ -259,6 +299,10 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
     // A kernel that routes itself computes its weights in f32: allow 32 units of 2^-24 (softmax or sigmoid,
     // renormalisation, scaling) on top of the storage rounding.
     let w_b = if routed.is_some() { &w_in.b + &w_in.v.mapv(|w| 32.0 * 2f64.powi(-24) * w.abs()) } else { w_in.b.clone() };
+    // Deviation of a kernel's combine weights from the emulator's: none when given, the f32 routing
+    // evaluation when the kernel routes.
+    let w_d = if routed.is_some() { w_in.v.mapv(|w| 32.0 * 2f64.powi(-24) * w.abs()) } else { Array2::zeros(w_in.v.dim()) };
+    let mut deviations: Vec<(String, ArrayD<f64>)> = Vec::new();
 
     let x_in = read_as(&inp.x, st.inputs);
     let (w13_v, w13_b) = read_as3(&inp.w13, st.inputs);
@@ -267,10 +311,11 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
     let zero = Array2::<f64>::zeros((1, 1));
 
     // GEMM1: h = x_rows · w13[e]ᵀ
-    let (h, outs) = timed("emulate fwd.h", || {
+    let (h, h_d, outs) = timed("emulate fwd.h", || {
         per_expert(&rows, 2 * id, |e| {
             let (a, ab) = rows_of(&x_rows, rows.expert_rows(e));
-            let out = gemm_stage(&plans.gemm1, a, ab, w13_v.index_axis(Axis(0), e), bound_of(&w13_b, &zero, e, (2 * id, hd)), st.h);
+            let none = zero.broadcast(a.dim()).expect("1x1 broadcasts");
+            let out = gemm_stage_with(&plans.gemm1, a, ab, Some(none), w13_v.index_axis(Axis(0), e), bound_of(&w13_b, &zero, e, (2 * id, hd)), None, st.h);
             keep_q(out, keep_quantised)
         })
     });
@@ -283,24 +328,30 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
     // SwiGLU
     let m = rows.rows();
     let mut a = Tracked { v: Array2::zeros((m, id)), b: Array2::zeros((m, id)) };
+    let mut a_dpre = Array2::zeros((m, id));
     a.v.axis_iter_mut(Axis(0))
         .into_par_iter()
         .zip(a.b.axis_iter_mut(Axis(0)))
+        .zip(a_dpre.axis_iter_mut(Axis(0)))
         .enumerate()
-        .for_each(|(r, (mut av, mut ab))| {
+        .for_each(|(r, ((mut av, mut ab), mut ad))| {
             for c in 0..id {
-                let (v, b) = act_bound::forward(cfg.activation, h.v[[r, c]], h.b[[r, c]], h.v[[r, id + c]], h.b[[r, id + c]]);
+                let (g, u) = (h.v[[r, c]], h.v[[r, id + c]]);
+                let (v, b) = act_bound::forward(cfg.activation, g, h.b[[r, c]], u, h.b[[r, id + c]]);
                 av[c] = v;
                 ab[c] = b;
+                ad[c] = act_bound::forward_dev(cfg.activation, g, h_d[[r, c]], u, h_d[[r, id + c]]);
             }
         });
+    let a_d = store_dev(&a.v, a_dpre, st.a);
     let a = store(a.v, a.b, st.a);
 
     // GEMM2: o = a · w2[e]ᵀ
-    let (o, outs) = timed("emulate fwd.o", || {
+    let (o, o_d, outs) = timed("emulate fwd.o", || {
         per_expert(&rows, hd, |e| {
-            let (av, ab) = rows_of(&a, rows.expert_rows(e));
-            let out = gemm_stage(&plans.gemm2, av, ab, w2_v.index_axis(Axis(0), e), bound_of(&w2_b, &zero, e, (hd, id)), st.o);
+            let r = rows.expert_rows(e);
+            let (av, ab) = rows_of(&a, r.clone());
+            let out = gemm_stage_with(&plans.gemm2, av, ab, Some(a_d.slice(s![r, ..])), w2_v.index_axis(Axis(0), e), bound_of(&w2_b, &zero, e, (hd, id)), None, st.o);
             keep_q(out, keep_quantised)
         })
     });
@@ -313,7 +364,8 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
     // Combine: y_t = Σ_j w_j·o_j, in slot order.
     let mut y_raw = Array2::zeros((cfg.tokens, hd));
     let mut y_pre = Array2::zeros((cfg.tokens, hd));
-    y_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(y_pre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, (mut yr, mut yb))| {
+    let mut y_dpre = Array2::zeros((cfg.tokens, hd));
+    y_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(y_pre.axis_iter_mut(Axis(0))).zip(y_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, ((mut yr, mut yb), mut yd))| {
         let slots: Vec<(usize, usize)> = (0..k).filter_map(|j| rows.slot_row[t * k + j].map(|r| (j, r))).collect();
         let wv: Vec<f64> = slots.iter().map(|&(j, _)| w_in.v[[t, j]]).collect();
         for c in 0..hd {
@@ -324,14 +376,24 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
                 vector_kappa(slots.len()),
                 slots.len(),
             );
+            yd[c] = dot_dev(
+                slots.iter().map(|&(j, r)| (w_in.v[[t, j]].abs(), w_d[[t, j]], o.v[[r, c]].abs(), o_d[[r, c]])),
+                vector_kappa(slots.len()),
+                slots.len(),
+            );
         }
     });
+    let y_d = store_dev(&y_raw, y_dpre, st.y);
     let y = store(y_raw, y_pre, st.y);
 
     bounds.push(("y".into(), y.b.clone().into_dyn()));
     bounds.push(("fwd.h".into(), h.b.clone().into_dyn()));
     bounds.push(("fwd.a".into(), a.b.clone().into_dyn()));
     bounds.push(("fwd.o".into(), o.b.clone().into_dyn()));
+    deviations.push(("y".into(), y_d.into_dyn()));
+    deviations.push(("fwd.h".into(), h_d.clone().into_dyn()));
+    deviations.push(("fwd.a".into(), a_d.clone().into_dyn()));
+    deviations.push(("fwd.o".into(), o_d.clone().into_dyn()));
 
     let fwd = Forward {
         y: y.v,
@@ -346,7 +408,7 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
         o: o.v.clone(),
     };
     let Some(dy) = inp.dy.as_ref() else {
-        return Ok(Emulated { recipe: recipe.clone(), fwd, bwd: None, bounds, quantised });
+        return Ok(Emulated { recipe: recipe.clone(), fwd, bwd: None, bounds, deviations, quantised });
     };
     let rows = &fwd.rows;
     let dy_in = read_as(dy, st.inputs);
@@ -354,7 +416,8 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
     // grad.topk_weights[t, j] = <dy_t, o_row>
     let mut gtw = Array2::zeros((cfg.tokens, k));
     let mut gtw_b = Array2::zeros((cfg.tokens, k));
-    gtw.axis_iter_mut(Axis(0)).into_par_iter().zip(gtw_b.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, (mut g, mut gb))| {
+    let mut gtw_dpre = Array2::zeros((cfg.tokens, k));
+    gtw.axis_iter_mut(Axis(0)).into_par_iter().zip(gtw_b.axis_iter_mut(Axis(0))).zip(gtw_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, ((mut g, mut gb), mut gd))| {
         for j in 0..k {
             if let Some(r) = rows.slot_row[t * k + j] {
                 g[j] = accum::dot(&plans.vector, dy_in.v.row(t).as_slice().unwrap(), o.v.row(r).as_slice().unwrap(), None);
@@ -363,31 +426,37 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
                     vector_kappa(hd),
                     hd,
                 );
+                gd[j] = dot_dev((0..hd).map(|c| (dy_in.v[[t, c]].abs(), 0.0, o.v[[r, c]].abs(), o_d[[r, c]])), vector_kappa(hd), hd);
             }
         }
     });
+    let gtw_d = store_dev(&gtw, gtw_dpre, st.grad_topk_weights);
     let gtw = store(gtw, gtw_b, st.grad_topk_weights);
 
     // bwd.do = w·dy per row (one f32 product).
     let mut do_raw = Array2::zeros((m, hd));
     let mut do_pre = Array2::zeros((m, hd));
-    do_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(do_pre.axis_iter_mut(Axis(0))).enumerate().for_each(|(r, (mut dr, mut db))| {
+    let mut do_dpre = Array2::zeros((m, hd));
+    do_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(do_pre.axis_iter_mut(Axis(0))).zip(do_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(r, ((mut dr, mut db), mut dd))| {
         let (t, j) = (rows.row_token[r], rows.row_slot[r]);
-        let (wv, wb) = (w_in.v[[t, j]], w_b[[t, j]]);
+        let (wv, wb, wd) = (w_in.v[[t, j]], w_b[[t, j]], w_d[[t, j]]);
         for c in 0..hd {
             dr[c] = (wv * dy_in.v[[t, c]]) as f32 as f64;
             db[c] = dot_bound(std::iter::once((wv.abs() + wb, wb, dy_in.v[[t, c]].abs() + dy_in.b[[t, c]], dy_in.b[[t, c]])), 2f64.powi(-24), 1);
+            dd[c] = if wd == 0.0 { 0.0 } else { dot_dev(std::iter::once((wv.abs(), wd, dy_in.v[[t, c]].abs(), 0.0)), 2f64.powi(-24), 1) };
         }
     });
+    let do_d = store_dev(&do_raw, do_dpre, st.do_);
     let do_ = store(do_raw, do_pre, st.do_);
 
     // da = do · w2[e]
-    let (da, _) = timed("emulate bwd.da", || {
+    let (da, da_d, _) = timed("emulate bwd.da", || {
         per_expert(rows, id, |e| {
-            let (dv, db) = rows_of(&do_, rows.expert_rows(e));
+            let r = rows.expert_rows(e);
+            let (dv, db) = rows_of(&do_, r.clone());
             let wt = transposed(w2_v.index_axis(Axis(0), e));
             let wtb = transposed(bound_of(&w2_b, &zero, e, (hd, id)));
-            keep_q(gemm_stage(&plans.dgrad2, dv, db, wt.view(), wtb.view(), st.da), false)
+            keep_q(gemm_stage_with(&plans.dgrad2, dv, db, Some(do_d.slice(s![r, ..])), wt.view(), wtb.view(), None, st.da), false)
         })
     });
     if keep_quantised {
@@ -397,43 +466,43 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
     // SwiGLU backward
     let mut dh_raw = Array2::zeros((m, 2 * id));
     let mut dh_pre = Array2::zeros((m, 2 * id));
-    dh_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(dh_pre.axis_iter_mut(Axis(0))).enumerate().for_each(|(r, (mut dr, mut db))| {
+    let mut dh_dpre = Array2::zeros((m, 2 * id));
+    dh_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(dh_pre.axis_iter_mut(Axis(0))).zip(dh_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(r, ((mut dr, mut db), mut dd))| {
         for c in 0..id {
-            let ((dg, bg), (du, bu)) = act_bound::backward(
-                cfg.activation,
-                h.v[[r, c]],
-                h.b[[r, c]],
-                h.v[[r, id + c]],
-                h.b[[r, id + c]],
-                da.v[[r, c]],
-                da.b[[r, c]],
-            );
+            let (g, u, dav) = (h.v[[r, c]], h.v[[r, id + c]], da.v[[r, c]]);
+            let ((dg, bg), (du, bu)) = act_bound::backward(cfg.activation, g, h.b[[r, c]], u, h.b[[r, id + c]], dav, da.b[[r, c]]);
+            let (dgd, dud) = act_bound::backward_dev(cfg.activation, g, h_d[[r, c]], u, h_d[[r, id + c]], dav, da_d[[r, c]]);
             dr[c] = dg;
             db[c] = bg;
+            dd[c] = dgd;
             dr[id + c] = du;
             db[id + c] = bu;
+            dd[id + c] = dud;
         }
     });
+    let dh_d = store_dev(&dh_raw, dh_dpre, st.dh);
     let dh = store(dh_raw, dh_pre, st.dh);
 
     // grad.w2[e] = do_eᵀ · a_e
-    let (gw2, gw2_b) = timed("emulate grad.w2", || {
+    let (gw2, gw2_b, gw2_d) = timed("emulate grad.w2", || {
         per_expert_w(e_n, (hd, id), |e| {
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&do_, r.clone());
-            let (av, ab) = rows_of(&a, r);
+            let (av, ab) = rows_of(&a, r.clone());
             let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
-            gemm_stage(&plans.wgrad2, t(dv).view(), t(db).view(), t(av).view(), t(ab).view(), st.grad_w)
+            let (dd, add) = (t(do_d.slice(s![r.clone(), ..])), t(a_d.slice(s![r, ..])));
+            gemm_stage_with(&plans.wgrad2, t(dv).view(), t(db).view(), Some(dd.view()), t(av).view(), t(ab).view(), Some(add.view()), st.grad_w)
         })
     });
 
     // dx_rows = dh · w13[e]
-    let (dx_rows, _) = timed("emulate bwd.dx_rows", || {
+    let (dx_rows, dx_d, _) = timed("emulate bwd.dx_rows", || {
         per_expert(rows, hd, |e| {
-            let (dv, db) = rows_of(&dh, rows.expert_rows(e));
+            let r = rows.expert_rows(e);
+            let (dv, db) = rows_of(&dh, r.clone());
             let wt = transposed(w13_v.index_axis(Axis(0), e));
             let wtb = transposed(bound_of(&w13_b, &zero, e, (2 * id, hd)));
-            keep_q(gemm_stage(&plans.dgrad1, dv, db, wt.view(), wtb.view(), st.dx_rows), false)
+            keep_q(gemm_stage_with(&plans.dgrad1, dv, db, Some(dh_d.slice(s![r, ..])), wt.view(), wtb.view(), None, st.dx_rows), false)
         })
     });
     if keep_quantised {
@@ -441,19 +510,20 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
     }
 
     // grad.w13[e] = dh_eᵀ · x_rows_e
-    let (gw13, gw13_b) = timed("emulate grad.w13", || {
+    let (gw13, gw13_b, gw13_d) = timed("emulate grad.w13", || {
         per_expert_w(e_n, (2 * id, hd), |e| {
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&dh, r.clone());
-            let (xv, xb) = rows_of(&x_rows, r);
+            let (xv, xb) = rows_of(&x_rows, r.clone());
             let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
-            gemm_stage(&plans.wgrad1, t(dv).view(), t(db).view(), t(xv).view(), t(xb).view(), st.grad_w)
+            let dd = t(dh_d.slice(s![r, ..]));
+            gemm_stage_with(&plans.wgrad1, t(dv).view(), t(db).view(), Some(dd.view()), t(xv).view(), t(xb).view(), None, st.grad_w)
         })
     });
 
     // Router: dlogits through the routing Jacobian, grad.router.weight = dlᵀ·x, grad.x's router term dl·R.
     let f32_plan = GemmPlan { name: "router", model: Model::F32Fma, a: None, b: None };
-    let (dlogits, router_term, grad_router_weight, grw_b) = match (&fwd.routed, &cfg.routing, &inp.router_weight, &fwd.logits) {
+    let (dlogits, router_term, grad_router_weight, grw_b, grw_d, rt_d) = match (&fwd.routed, &cfg.routing, &inp.router_weight, &fwd.logits) {
         (Some(routed), Some(rcfg), Some(rw), Some(lg)) => {
             let dl_exact = route::backward(rcfg, routed, lg.view(), gtw.v.view());
             // |J|·b: the Jacobian's columns from one-hot gradients.
@@ -473,30 +543,47 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
             // real numbers under renormalisation, but not in floating point).
             let gmag = Zip::from(&gtw.v).and(&gtw.b).map_collect(|&g, &b| g.abs() + b);
             let mag = routing_backward_magnitude(rcfg, routed, lg.view(), gmag.view());
-            let dl_b = dl_b * (1.0 + 1e-12) + mag * (64.0 * 2f64.powi(-24)) + 2f64.powi(-140);
+            let dl_b = dl_b * (1.0 + 1e-12) + &mag * (64.0 * 2f64.powi(-24)) + 2f64.powi(-140);
+            // Deviation: the gradient's deviation through |J|, and both evaluations.
+            let mut dl_d = Array2::<f64>::zeros(dl_exact.dim());
+            for j in 0..k {
+                let mut onehot = Array2::zeros((cfg.tokens, k));
+                onehot.column_mut(j).fill(1.0);
+                let col = route::backward(rcfg, routed, lg.view(), onehot.view());
+                for t in 0..cfg.tokens {
+                    for e in 0..e_n {
+                        dl_d[[t, e]] += col[[t, e]].abs() * gtw_d[[t, j]];
+                    }
+                }
+            }
+            let dl_d = dl_d * (1.0 + 1e-12) + &mag * (128.0 * 2f64.powi(-24)) + 2f64.powi(-139);
+            let dl_d = store_dev(&dl_exact, dl_d, Storage::F32);
             let dl = store(dl_exact, dl_b, Storage::F32);
             let rw_in = read_as(rw, st.inputs);
-            let grw = gemm_stage(
+            let dlt_d = dl_d.t().as_standard_layout().into_owned();
+            let grw = gemm_stage_with(
                 &f32_plan,
                 dl.v.t().as_standard_layout().view(),
                 dl.b.t().as_standard_layout().view(),
+                Some(dlt_d.view()),
                 x_in.v.t().as_standard_layout().view(),
                 x_in.b.t().as_standard_layout().view(),
+                None,
                 st.grad_w,
-            )
-            .out;
+            );
             let rwt_v = rw_in.v.t().as_standard_layout().into_owned();
             let rwt_b = rw_in.b.t().as_standard_layout().into_owned();
-            let rt = gemm_stage(&f32_plan, dl.v.view(), dl.b.view(), rwt_v.view(), rwt_b.view(), Storage::F32).out;
-            (Some(dl.v), Some(rt), Some(grw.v), Some(grw.b))
+            let rt = gemm_stage_with(&f32_plan, dl.v.view(), dl.b.view(), Some(dl_d.view()), rwt_v.view(), rwt_b.view(), None, Storage::F32);
+            (Some(dl.v), Some(rt.out), Some(grw.out.v), Some(grw.out.b), grw.dev, rt.dev)
         }
-        _ => (None, None, None, None),
+        _ => (None, None, None, None, None, None),
     };
 
     // grad.x = Σ_j dx_rows (+ router term), in slot order.
     let mut gx_raw = Array2::zeros((cfg.tokens, hd));
     let mut gx_pre = Array2::zeros((cfg.tokens, hd));
-    gx_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(gx_pre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, (mut gr, mut gb))| {
+    let mut gx_dpre = Array2::zeros((cfg.tokens, hd));
+    gx_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(gx_pre.axis_iter_mut(Axis(0))).zip(gx_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, ((mut gr, mut gb), mut gd))| {
         let rs: Vec<usize> = (0..k).filter_map(|j| rows.slot_row[t * k + j]).collect();
         for c in 0..hd {
             let mut terms: Vec<(f64, f64)> = rs.iter().map(|&r| (dx_rows.v[[r, c]], dx_rows.b[[r, c]])).collect();
@@ -507,8 +594,14 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
             let ones = vec![1.0; vals.len()];
             gr[c] = accum::dot(&plans.vector, &vals, &ones, None);
             gb[c] = dot_bound(terms.iter().map(|&(v, b)| (v.abs() + b, b, 1.0, 0.0)), vector_kappa(terms.len()), terms.len());
+            let mut dterms: Vec<(f64, f64)> = rs.iter().map(|&r| (dx_rows.v[[r, c]], dx_d[[r, c]])).collect();
+            if let (Some(rt), Some(rd)) = (&router_term, &rt_d) {
+                dterms.push((rt.v[[t, c]], rd[[t, c]]));
+            }
+            gd[c] = dot_dev(dterms.iter().map(|&(v, d)| (v.abs(), d, 1.0, 0.0)), vector_kappa(dterms.len()), dterms.len());
         }
     });
+    let gx_d = store_dev(&gx_raw, gx_dpre, st.grad_x);
     let grad_x = store(gx_raw, gx_pre, st.grad_x);
 
     bounds.push(("grad.x".into(), grad_x.b.clone().into_dyn()));
@@ -522,6 +615,17 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
     bounds.push(("bwd.da".into(), da.b.clone().into_dyn()));
     bounds.push(("bwd.dh".into(), dh.b.clone().into_dyn()));
     bounds.push(("bwd.dx_rows".into(), dx_rows.b.clone().into_dyn()));
+    deviations.push(("grad.x".into(), gx_d.into_dyn()));
+    deviations.push(("grad.w13".into(), gw13_d.into_dyn()));
+    deviations.push(("grad.w2".into(), gw2_d.into_dyn()));
+    deviations.push(("grad.topk_weights".into(), gtw_d.into_dyn()));
+    if let Some(d) = grw_d {
+        deviations.push(("grad.router.weight".into(), d.into_dyn()));
+    }
+    deviations.push(("bwd.do".into(), do_d.into_dyn()));
+    deviations.push(("bwd.da".into(), da_d.into_dyn()));
+    deviations.push(("bwd.dh".into(), dh_d.into_dyn()));
+    deviations.push(("bwd.dx_rows".into(), dx_d.into_dyn()));
 
     let bwd = Backward {
         grad_x: grad_x.v,
@@ -535,5 +639,5 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
         dh: dh.v,
         dx_rows: dx_rows.v,
     };
-    Ok(Emulated { recipe: recipe.clone(), fwd, bwd: Some(bwd), bounds, quantised })
+    Ok(Emulated { recipe: recipe.clone(), fwd, bwd: Some(bwd), bounds, deviations, quantised })
 }

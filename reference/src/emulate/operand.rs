@@ -165,3 +165,83 @@ pub fn magnitude_bounds(v: ArrayView2<f64>, b: ArrayView2<f64>, widen: f64) -> (
     });
     (hi, lo)
 }
+
+/// Grid spacing of an element format at magnitude `v` (on its own scale, before the block scale).
+fn spacing(f: Format, v: f64) -> f64 {
+    let (emin, mbits) = match f {
+        Format::E4M3 => (-6, 3),
+        Format::E5M2 => (-14, 2),
+        Format::E2M1 => (0, 1),
+        Format::Bf16 => (-126, 7),
+        Format::F16 => (-14, 10),
+        Format::E8M0 => (-127, 0),
+    };
+    let e = if v > 0.0 { (v.log2().floor() as i32).max(emin) } else { emin };
+    2f64.powi(e - mbits)
+}
+
+impl OperandPlan {
+    /// Per element, a bound on |what a faithful kernel feeds − what the emulator fed (`q`)| when the
+    /// kernel's input differs from the emulator's `v` by at most `d` (elementwise).
+    ///
+    /// The block scale is recomputed at the ends of the block maximum's possible range; where it may change
+    /// by more than 2^-10 (a power-of-two scale crossing a binade) the block falls back to the a-priori
+    /// [`Self::fed_error`]. Otherwise an element keeps its code unless its scaled value can leave its
+    /// rounding cell (half the smaller neighbouring spacing around the code, less the distance already
+    /// taken), and the fed value moves by the scale's change (and, when the code can change, by the
+    /// scaled move plus one spacing).
+    pub fn fed_deviation(&self, v: ArrayView2<f64>, d: ArrayView2<f64>, q: &crate::quant::QuantTensor) -> Array2<f64> {
+        let (rows, cols) = v.dim();
+        let (gr, gc) = self.spec.block.grid(rows, cols);
+        let mut amax = Array2::<f64>::zeros((gr, gc));
+        let mut dmax = Array2::<f64>::zeros((gr, gc));
+        for r in 0..rows {
+            for c in 0..cols {
+                let b = self.block_of(r, c);
+                amax[b] = f64::max(amax[b], v[[r, c]].abs());
+                dmax[b] = f64::max(dmax[b], d[[r, c]]);
+            }
+        }
+        let fmt = self.spec.format;
+        // (scale low, scale high, fallback) per block.
+        let scales = Array2::from_shape_fn((gr, gc), |b| {
+            let (a, dm) = (amax[b], dmax[b]);
+            if dm == 0.0 {
+                let s = q.scale[b];
+                return (s, s, false);
+            }
+            let at = |x: f64| self.spec.rule.block_scale(x.max(0.0) as f32, fmt).scale as f64;
+            let (lo, hi) = (at(a - dm), at(a + dm));
+            let (lo, hi) = (lo.min(hi).min(q.scale[b]), hi.max(lo).max(q.scale[b]));
+            // A power-of-two scale that may jump a binade moves every code: fall back. Small moves of an f32
+            // scale (DeepGEMM, TransformerEngine without pow2) are carried element by element below.
+            let fallback = !(lo > 0.0 && hi.is_finite()) || hi > lo * 1.25;
+            (lo, hi, fallback)
+        });
+        let (hi_m, lo_m) = magnitude_bounds(v, d, 1.0);
+        let apriori = if scales.iter().any(|s| s.2) { Some(self.fed_error(hi_m.view(), lo_m.view()) + &d) } else { None };
+        Array2::from_shape_fn((rows, cols), |(r, c)| {
+            let b = self.block_of(r, c);
+            let (s_lo, s_hi, fallback) = scales[b];
+            if fallback {
+                return apriori.as_ref().expect("made when any block falls back")[[r, c]];
+            }
+            let (x, dx, qe) = (v[[r, c]], d[[r, c]], q.q[[r, c]]);
+            let se = q.scale[b];
+            let scale_move = qe.abs() * (s_hi - s_lo);
+            if dx == 0.0 && s_hi == s_lo {
+                return 0.0;
+            }
+            // The scaled value's move, and the room left in the code's rounding cell.
+            let y = x / se;
+            let dy = dx / s_lo + x.abs() * (1.0 / s_lo - 1.0 / s_hi) + 2f64.powi(-22) * y.abs();
+            let half = 0.5 * spacing(fmt, qe.abs() * (1.0 - 2f64.powi(-6)));
+            let room = half - (y - qe).abs() - 2f64.powi(-22) * y.abs();
+            if dy < room {
+                scale_move
+            } else {
+                (dy + spacing(fmt, y.abs() + dy)) * s_hi + scale_move
+            }
+        })
+    }
+}

@@ -139,6 +139,9 @@ pub struct Tracked {
 /// A GEMM stage's result, with the quantised operands the recipe fed (for `q.<name>` outputs).
 pub struct GemmOut {
     pub out: Tracked,
+    /// With [`gemm_stage_with`] and input deviations: the bound on |faithful kernel − emulator| (see
+    /// [`store_dev`]).
+    pub dev: Option<Array2<f64>>,
     pub qa: Option<QuantTensor>,
     pub qb: Option<QuantTensor>,
 }
@@ -164,8 +167,40 @@ pub fn store(raw: Array2<f64>, pre: Array2<f64>, st: Storage) -> Tracked {
     Tracked { v, b }
 }
 
+/// The deviation bound after storage: a kernel whose accumulator may differ from the emulator's by `pre`
+/// stores a value that differs by at most `pre` plus one storage ulp (the two roundings may go to
+/// neighbours); none when `pre` is zero (both round the same value).
+pub fn store_dev(raw: &Array2<f64>, pre: Array2<f64>, st: Storage) -> Array2<f64> {
+    let (u, eta) = (st.unit_roundoff(), st.underflow());
+    let mut d = pre;
+    Zip::from(&mut d).and(raw).for_each(|d, &r| {
+        if *d > 0.0 {
+            *d = *d + 2.0 * u * (r.abs() + *d) + 2.0 * eta;
+        }
+    });
+    d
+}
+
 /// `C = A·Bᵀ` (operands `[M, K]`, `[N, K]`, each with its bound) as the recipe computes it, stored to `st`.
 pub fn gemm_stage(plan: &GemmPlan, a: ArrayView2<f64>, ab: ArrayView2<f64>, b: ArrayView2<f64>, bb: ArrayView2<f64>, st: Storage) -> GemmOut {
+    gemm_stage_with(plan, a, ab, None, b, bb, None, st)
+}
+
+/// [`gemm_stage`], and, when either operand's deviation bound is given (|faithful kernel's operand −
+/// emulator's| elementwise; `None` = 0), the deviation bound of the result: the fed operands' deviations
+/// ([`OperandPlan::fed_deviation`] for quantised ones) through the products, twice the accumulation
+/// coefficient (the kernel's and the emulator's orders may differ), and [`store_dev`].
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_stage_with(
+    plan: &GemmPlan,
+    a: ArrayView2<f64>,
+    ab: ArrayView2<f64>,
+    ad: Option<ArrayView2<f64>>,
+    b: ArrayView2<f64>,
+    bb: ArrayView2<f64>,
+    bd: Option<ArrayView2<f64>>,
+    st: Storage,
+) -> GemmOut {
     let k = a.ncols();
     let qa = plan.a.as_ref().map(|p| quant::quantize(a, &p.spec));
     let qb = plan.b.as_ref().map(|p| quant::quantize(b, &p.spec));
@@ -220,6 +255,26 @@ pub fn gemm_stage(plan: &GemmPlan, a: ArrayView2<f64>, ab: ArrayView2<f64>, b: A
     let under = underflow_term(k);
     let mut pre = s.clone();
     Zip::from(&mut pre).and(&s).and(&p0).for_each(|pre, &s, &p0| *pre = (s - p0).max(0.0) + kappa * s + under);
+    let mut dev_pre = if ad.is_some() || bd.is_some() {
+        let zeros_a = Array2::<f64>::zeros(a.dim());
+        let zeros_b = Array2::<f64>::zeros(b.dim());
+        let ad = ad.unwrap_or(zeros_a.view());
+        let bd = bd.unwrap_or(zeros_b.view());
+        let fed = |v: ArrayView2<f64>, d: ArrayView2<f64>, p: &Option<OperandPlan>, q: &Option<QuantTensor>| match (p, q) {
+            (Some(p), Some(q)) => (q.dequantize().mapv(f64::abs), p.fed_deviation(v, d, q)),
+            _ => (v.mapv(f64::abs), d.to_owned()),
+        };
+        let (fa, fda) = fed(a, ad, &plan.a, &qa);
+        let (fb, fdb) = fed(b, bd, &plan.b, &qb);
+        let s1 = abs_gemm_nt((&fa + &fda).view(), (&fb + &fdb).view(), false);
+        let s0 = abs_gemm_nt(fa.view(), fb.view(), true);
+        let kappa = accumulation_coefficient(&plan.model, k);
+        let mut dp = s1.clone();
+        Zip::from(&mut dp).and(&s1).and(&s0).for_each(|d, &s1, &s0| *d = (s1 - s0).max(0.0) + 2.0 * kappa * s1 + 2.0 * under);
+        Some(dp)
+    } else {
+        None
+    };
     if let Model::TensorCore(tc) = model {
         // A subnormal operand aligns at its format's lowest normal exponent, so a product's alignment
         // exponent may exceed its magnitude: 2^E ≤ 2^(emin_a+1)·s_a·max|b| (and symmetrically), which the
@@ -238,9 +293,13 @@ pub fn gemm_stage(plan: &GemmPlan, a: ArrayView2<f64>, ab: ArrayView2<f64>, b: A
         for ((m, n), p) in pre.indexed_iter_mut() {
             let extra = 2.0 * (ea_min * sa[m] * bmax[n] + eb_min * sb[n] * amax[m]) + ea_min * eb_min * sa[m] * sb[n];
             *p += per * extra;
+            if let Some(dp) = dev_pre.as_mut() {
+                dp[[m, n]] += 2.0 * per * extra;
+            }
         }
     }
-    GemmOut { out: store(raw, pre, st), qa, qb }
+    let dev = dev_pre.map(|dp| store_dev(&raw, dp, st));
+    GemmOut { out: store(raw, pre, st), dev, qa, qb }
 }
 
 /// The exponent of the smallest normal value of an operand format (where its subnormals align).
@@ -252,6 +311,20 @@ fn min_normal_exponent(f: Format) -> i32 {
         Format::F16 => -14,
         Format::Bf16 | Format::E8M0 => -126,
     }
+}
+
+/// Deviation bound of a short contraction `Σ_j a_j·b_j` computed by the kernel and the emulator from
+/// operands within `d` of the emulator's (terms: emulator magnitude and deviation of each factor), each
+/// accumulating with coefficient `kappa`.
+#[inline]
+pub fn dot_dev(terms: impl Iterator<Item = (f64, f64, f64, f64)>, kappa: f64, k: usize) -> f64 {
+    let (mut ops, mut s) = (0.0, 0.0);
+    for (ma, da, mb, db) in terms {
+        ops += ma * db + da * mb + da * db;
+        s += (ma + da) * (mb + db);
+    }
+    let f = 1.0 + (k as f64 + 2.0) * 2f64.powi(-52);
+    (ops + 2.0 * kappa * s) * f + 2.0 * underflow_term(k)
 }
 
 /// Bound of a short contraction `Σ_j a_j·b_j` from magnitude bounds `m` and error bounds `e` of its
