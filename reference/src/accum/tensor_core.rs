@@ -6,7 +6,12 @@
 //! product of the integer significands `p_k = ma_k·mb_k·2^L` (L = n - Ma - Mb, so `p_k` counts units of
 //! `2^(x_k - n)`) truncated to units of `2^(E - n)` is `sign(p_k)·(|p_k| >> (E - x_k))`, exact integer
 //! arithmetic that is the model's truncation toward zero. The instruction's sum (i32 lanes, checked not to
-//! overflow) plus C's truncated term (i64) is then truncated to the output width by [`finish`].
+//! overflow) plus C's truncated term (i64) is then truncated to the output width, at the end of
+//! [`instruction`], straight into the integer form the next instruction aligns ([`Acc`]): C becomes an
+//! f32 only when a chain ends.
+//!
+//! The same code is compiled twice: for the crate's baseline (x86-64-v3: two 8-lane registers per
+//! quantity) and for AVX-512 (one 16-lane register), chosen at run time; tests run both.
 //!
 //! Operands that are not values with `M + 1` significant bits of their declared format (or not finite)
 //! make the whole GEMM take the slow path ([`super::slow`]), entry by entry.
