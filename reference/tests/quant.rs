@@ -265,3 +265,73 @@ proptest! {
         }
     }
 }
+
+// ------------------------------------------------------------------------------------------------
+// The element cast's fast path against `formats::quantize`.
+// ------------------------------------------------------------------------------------------------
+
+fn same(a: f64, b: f64) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan() && a.is_sign_negative() == b.is_sign_negative())
+}
+
+fn check_cast(y: f32) {
+    for fmt in [Format::E4M3, Format::E5M2, Format::E2M1] {
+        for o in [Overflow::Saturate, Overflow::NonSaturating] {
+            let fast = moe_reference::quant::cast_element(fmt, y, o);
+            let slow = moe_reference::formats::quantize(fmt, f64::from(y), o);
+            assert!(same(fast, slow), "{fmt:?} {o:?} y = {y:e} ({:#010x}): fast {fast:e}, formats {slow:e}", y.to_bits());
+        }
+    }
+}
+
+#[test]
+fn element_cast_fast_path_is_bit_exact() {
+    // Every bf16 value, times factors that move it across every binade of the element formats.
+    for bits in 0..=u16::MAX {
+        let v = f32::from_bits(u32::from(bits) << 16);
+        for k in [-140i32, -100, -60, -20, -9, -3, 0, 3, 9, 20, 60, 100, 140] {
+            check_cast(v * (k as f32).exp2());
+        }
+    }
+    // Next to every grid value and every midpoint, f32 ulp by ulp.
+    for fmt in [Format::E4M3, Format::E5M2, Format::E2M1] {
+        let codes: Vec<f64> = (0..fmt.codes() as u16)
+            .map(|c| moe_reference::formats::decode(fmt, c))
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .collect();
+        let mut pts = codes.clone();
+        for w in codes.windows(2) {
+            pts.push((w[0] + w[1]) / 2.0);
+        }
+        pts.push(fmt.max_finite() * 1.0625);
+        for p in pts {
+            let c = p as f32;
+            let mut lo = c;
+            let mut hi = c;
+            for _ in 0..4 {
+                check_cast(lo);
+                check_cast(-hi);
+                lo = f32::from_bits(lo.to_bits().saturating_sub(1));
+                hi = f32::from_bits(hi.to_bits() + 1);
+                check_cast(hi);
+            }
+        }
+    }
+    // Random f32 bit patterns (NaN and infinities included).
+    let mut s = 0x1234_5678_9ABC_DEF1u64;
+    for _ in 0..2_000_000 {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        check_cast(f32::from_bits(s as u32));
+    }
+}
+
+#[test]
+fn empty_tensors() {
+    let s = spec(Format::E4M3, Block::Rows(128), ScaleRule::Mx(MxRounding::Floor), Overflow::Saturate);
+    let t = quantize(Array2::zeros((0, 5)).view(), &s);
+    assert_eq!((t.q.dim(), t.scale.dim()), ((0, 5), (0, 1)));
+    let t = quantize(Array2::zeros((3, 0)).view(), &s);
+    assert_eq!((t.q.dim(), t.scale.dim()), ((3, 0), (3, 0)));
+}

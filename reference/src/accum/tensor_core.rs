@@ -6,7 +6,12 @@
 //! product of the integer significands `p_k = ma_k·mb_k·2^L` (L = n - Ma - Mb, so `p_k` counts units of
 //! `2^(x_k - n)`) truncated to units of `2^(E - n)` is `sign(p_k)·(|p_k| >> (E - x_k))`, exact integer
 //! arithmetic that is the model's truncation toward zero. The instruction's sum (i32 lanes, checked not to
-//! overflow) plus C's truncated term (i64) is then truncated to the output width by [`finish`].
+//! overflow) plus C's truncated term (i64) is then truncated to the output width, at the end of
+//! [`instruction`], straight into the integer form the next instruction aligns ([`Acc`]): C becomes an
+//! f32 only when a chain ends.
+//!
+//! The same code is compiled twice: for the crate's baseline (x86-64-v3: two 8-lane registers per
+//! quantity) and for AVX-512 (one 16-lane register), chosen at run time; tests run both.
 //!
 //! Operands that are not values with `M + 1` significant bits of their declared format (or not finite)
 //! make the whole GEMM take the slow path ([`super::slow`]), entry by entry.
@@ -109,13 +114,13 @@ impl Acc {
     #[inline(always)]
     fn to_f32(&self) -> [f32; NR] {
         let mut out = [0.0f32; NR];
-        for l in 0..NR {
+        for (l, o) in out.iter_mut().enumerate() {
             let m = self.mc[l];
             let am = m.unsigned_abs() as u32;
             let field = if am >= 1 << 23 { (self.ec[l] + 127) as u32 } else { 0 };
             let sign = u32::from(m < 0 || self.neg_zero[l]) << 31;
             let v = f32::from_bits(sign | field << 23 | (am & 0x7F_FFFF));
-            out[l] = match self.inf[l] {
+            *o = match self.inf[l] {
                 0 => v,
                 s if s > 0 => f32::INFINITY,
                 _ => f32::NEG_INFINITY,
@@ -236,7 +241,7 @@ fn chain(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, k0:
 fn fast_path_fits(t: &TensorCore) -> Option<u32> {
     let (ma, mb) = (t.operands.0.spec().mantissa_bits, t.operands.1.spec().mantissa_bits);
     let shift = t.n_bits.checked_sub(ma + mb)?;
-    let max_p = ((1u64 << (ma + 1)) - 1) * ((1u64 << (mb + 1)) - 1) << shift;
+    let max_p = (((1u64 << (ma + 1)) - 1) * ((1u64 << (mb + 1)) - 1)) << shift;
     (t.k_inst >= 1 && t.k_inst <= KMAX && max_p * t.k_inst as u64 <= i32::MAX as u64 && t.n_bits <= 40).then_some(shift)
 }
 

@@ -22,7 +22,7 @@ impl QuantSpec {
     /// A sound bound on `|q*scale - x|` for one element `x` of a block whose dequant scale is `scale`
     /// (`+inf` when the cast may overflow to NaN or infinity, or the scale is not a finite positive number).
     pub fn element_error_bound(&self, x: f64, scale: f64) -> f64 {
-        if !(scale.is_finite() && scale > 0.0) || !x.is_finite() {
+        if !scale.is_finite() || scale <= 0.0 || !x.is_finite() {
             return f64::INFINITY;
         }
         let ax = x.abs();
