@@ -57,3 +57,16 @@ extern "C" __global__ void fc_slot_grad(const float* __restrict__ part, int n_ti
         for (int t = 0; t < n_tiles; ++t) acc += part[(long long)r * n_tiles + t];
     grad_w[s] = acc;
 }
+
+// Benchmark data made on the device (large weights need no host generation or copy): bf16 values uniform in
+// [-scale, scale) from a counter hash (splitmix64) of (seed, index), so a run is reproducible.
+extern "C" __global__ void fc_fill_random(bf16_t* __restrict__ out, long long n, unsigned long long seed, float scale) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        unsigned long long z = seed + 0x9E3779B97F4A7C15ull * (unsigned long long)(i + 1);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        float u = (float)(z >> 40) * (1.0f / 16777216.0f);
+        out[i] = f32_to_bf16((2.0f * u - 1.0f) * scale);
+    }
+}

@@ -1,0 +1,607 @@
+//! Host side of the fast path: compiling the kernels, the layer's device buffers, and the launches of
+//! forward and backward (optionally timed kernel by kernel with CUDA events).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::{CudaEvent, CudaFunction, CudaModule, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use moe_reference::config::Activation;
+
+use super::source;
+use crate::{Gpu, GpuError};
+
+/// Rows per GEMM tile (the kernels' FG_BM / FR_TILE_M).
+const TILE_M: usize = 128;
+/// Columns per GEMM tile (FG_BN).
+const TILE_N: usize = 128;
+/// Bytes of one operand tile in shared memory (128 x 64 bf16).
+const TILE_BYTES: usize = 128 * 64 * 2;
+/// Slots per routing chunk (FR_CHUNK).
+const ROUTE_CHUNK: usize = 256;
+
+/// The compiled fast kernels.
+pub struct FastKernels {
+    _module: Arc<CudaModule>,
+    functions: HashMap<&'static str, CudaFunction>,
+    /// cp.async pipeline depth compiled in.
+    pub stages: usize,
+    /// NVRTC target, e.g. "sm_90a".
+    pub arch: &'static str,
+}
+
+impl FastKernels {
+    /// Compile (NVRTC) and load the fast kernels for `gpu` with a `stages`-deep pipeline (2..=4).
+    pub fn load(gpu: &Gpu, stages: usize) -> Result<FastKernels, GpuError> {
+        if !(2..=4).contains(&stages) {
+            return Err(GpuError::Input(format!("pipeline stages must be 2, 3 or 4, not {stages}")));
+        }
+        let (major, minor) = gpu.ctx.compute_capability()?;
+        let arch: &'static str = match (major, minor) {
+            (9, 0) => "sm_90a",
+            (8, 0) => "sm_80",
+            (8, 6) => "sm_86",
+            (8, 9) => "sm_89",
+            (10, 0) => "sm_100a",
+            (12, 0) => "sm_120",
+            (m, _) if m >= 8 => "compute_80",
+            _ => return Err(GpuError::Input(format!("the fast kernels need compute capability 8.0 or newer (mma.sync bf16, ldmatrix, cp.async); this GPU is {major}.{minor}"))),
+        };
+        let opts = CompileOptions {
+            arch: Some(arch),
+            fmad: Some(true),
+            options: vec!["--std=c++17".into()],
+            name: Some("moe_fast.cu".into()),
+            ..Default::default()
+        };
+        let ptx = compile_ptx_with_opts(source::translation_unit(stages), opts).map_err(|e| GpuError::Compile(format!("{e:?}")))?;
+        let module = gpu.ctx.load_module(ptx)?;
+        let mut functions = HashMap::new();
+        let smem = (2 * stages * TILE_BYTES) as i32;
+        for &k in source::GEMMS {
+            let f = module.load_function(k)?;
+            f.set_attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)?;
+            functions.insert(k, f);
+        }
+        for &k in source::OTHERS {
+            functions.insert(k, module.load_function(k)?);
+        }
+        Ok(FastKernels { _module: module, functions, stages, arch })
+    }
+
+    fn f(&self, name: &str) -> &CudaFunction {
+        &self.functions[name]
+    }
+    fn smem(&self) -> u32 {
+        (2 * self.stages * TILE_BYTES) as u32
+    }
+}
+
+/// Layer shape.
+#[derive(Clone, Copy, Debug)]
+pub struct FastDims {
+    pub tokens: usize,
+    pub hidden: usize,
+    pub inter: usize,
+    pub experts: usize,
+    pub top_k: usize,
+}
+
+/// Mirrors `FastGemmParams` in `cuda/fast/fast_gemm.cu` field for field.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct GemmParams {
+    a: u64,
+    a_idx: u64,
+    b: u64,
+    b_idx: u64,
+    c: u64,
+    c2: u64,
+    h: u64,
+    row_w: u64,
+    ds_part: u64,
+    tiles: u64,
+    tile_count: u64,
+    offsets: u64,
+    lda: i64,
+    ldb: i64,
+    ldc: i64,
+    b_estride: i64,
+    c_estride: i64,
+    m_dim: i32,
+    n_dim: i32,
+    k_dim: i32,
+    inter: i32,
+    alpha: f32,
+    clamp_limit: f32,
+}
+// SAFETY: plain old data with the C layout of FastGemmParams (pointers as u64, then i64s, i32s, f32s).
+unsafe impl DeviceRepr for GemmParams {}
+
+/// One kernel's time from a profiled pass.
+#[derive(Clone, Debug)]
+pub struct KernelTime {
+    pub name: &'static str,
+    pub ms: f32,
+}
+
+/// Everything the layer wrote, downloaded (bf16 tensors as raw bits), for the checker.
+pub struct FastTrace {
+    pub row_token: Vec<i32>,
+    pub row_slot: Vec<i32>,
+    pub offsets: Vec<i32>,
+    pub slot_row: Vec<i32>,
+    pub h: Vec<u16>,
+    pub a: Vec<u16>,
+    pub o: Vec<u16>,
+    pub y: Vec<u16>,
+    pub dh: Vec<u16>,
+    /// A' = w·A, the dW2 operand
+    pub aw: Vec<u16>,
+    pub dx_rows: Vec<u16>,
+    pub grad_x: Vec<u16>,
+    pub grad_w13: Vec<u16>,
+    pub grad_w2: Vec<u16>,
+    pub grad_topk_weights: Vec<f32>,
+}
+
+/// The layer's device buffers for one shape and routing, and its launches.
+pub struct FastLayer<'g> {
+    gpu: &'g Gpu,
+    k: &'g FastKernels,
+    pub dims: FastDims,
+    /// dispatched rows (slots that are not -1)
+    pub rows: usize,
+    alpha: f32,
+    limit: f32,
+    max_tiles: usize,
+    pub x: CudaSlice<u16>,
+    pub w13: CudaSlice<u16>,
+    pub w2: CudaSlice<u16>,
+    pub dy: CudaSlice<u16>,
+    ids: CudaSlice<i32>,
+    weights: CudaSlice<f32>,
+    counts: CudaSlice<i32>,
+    offsets: CudaSlice<i32>,
+    tiles: CudaSlice<i32>,
+    tile_count: CudaSlice<i32>,
+    row_token: CudaSlice<i32>,
+    row_slot: CudaSlice<i32>,
+    row_w: CudaSlice<f32>,
+    slot_row: CudaSlice<i32>,
+    h: CudaSlice<u16>,
+    a: CudaSlice<u16>,
+    o: CudaSlice<u16>,
+    y: CudaSlice<u16>,
+    dh: CudaSlice<u16>,
+    aw: CudaSlice<u16>,
+    ds_part: CudaSlice<f32>,
+    dx_rows: CudaSlice<u16>,
+    grad_x: CudaSlice<u16>,
+    grad_w13: CudaSlice<u16>,
+    grad_w2: CudaSlice<u16>,
+    grad_tw: CudaSlice<f32>,
+    profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
+}
+
+fn i32_of(n: usize, what: &str) -> Result<i32, GpuError> {
+    i32::try_from(n).map_err(|_| GpuError::Input(format!("{what} = {n} does not fit an i32")))
+}
+
+/// Check the routing ids on the host: -1 or an expert, no expert twice in one token. Returns the row count.
+fn validate_ids(ids: &[i32], k: usize, e: usize) -> Result<usize, GpuError> {
+    let mut rows = 0;
+    for (tok, row) in ids.chunks(k.max(1)).enumerate() {
+        for (j, &id) in row.iter().enumerate() {
+            if id < -1 || id >= e as i32 {
+                return Err(GpuError::Input(format!("topk_ids[{tok}, {j}] = {id} is not -1 or an expert in 0..{e}")));
+            }
+            if id >= 0 {
+                if row[..j].contains(&id) {
+                    return Err(GpuError::Input(format!("topk_ids: token {tok} names expert {id} twice")));
+                }
+                rows += 1;
+            }
+        }
+    }
+    Ok(rows)
+}
+
+impl<'g> FastLayer<'g> {
+    /// Buffers for `dims` with the routing given (`ids`, `weights`: [T, k], -1 for unused slots). Inputs start
+    /// as zeros: set them with [`FastLayer::upload`] or [`FastLayer::fill_random`].
+    pub fn new(gpu: &'g Gpu, k: &'g FastKernels, dims: FastDims, act: Activation, ids: &[i32], weights: &[f32]) -> Result<FastLayer<'g>, GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = dims;
+        if hd == 0 || id == 0 || hd % 8 != 0 || id % 8 != 0 {
+            return Err(GpuError::Input(format!("the fast kernels need hidden and intermediate to be positive multiples of 8 (16-byte rows); got H = {hd}, I = {id}")));
+        }
+        if e == 0 || e > 1024 || kk == 0 || kk > e {
+            return Err(GpuError::Input(format!("the fast kernels need 1 <= top_k <= experts <= 1024; got k = {kk}, E = {e}")));
+        }
+        if ids.len() != t * kk || weights.len() != t * kk {
+            return Err(GpuError::Input(format!("topk_ids and topk_weights must hold tokens * top_k = {} values", t * kk)));
+        }
+        let rows = validate_ids(ids, kk, e)?;
+        let max_tiles = rows.div_ceil(TILE_M) + e;
+        if max_tiles > 65535 || hd.div_ceil(TILE_N) > 65535 {
+            return Err(GpuError::Input(format!("{rows} rows need {max_tiles} row tiles, over one launch's 65535")));
+        }
+        for (n, what) in [(t * kk, "slots"), (rows * 2 * id, "rows * 2I"), (e * 2 * id * hd, "E * 2I * H"), (t * hd, "T * H")] {
+            i32_of(n / 8, what)?;
+        }
+        let (alpha, limit) = match act {
+            Activation::Swiglu => (1.0f32, -1.0f32),
+            Activation::SwigluClamped { alpha, limit } => (alpha as f32, limit as f32),
+        };
+        let s = &gpu.stream;
+        let z16 = |n: usize| -> Result<CudaSlice<u16>, GpuError> { Ok(s.alloc_zeros::<u16>(n.max(1))?) };
+        let up_i32 = |v: &[i32]| -> Result<CudaSlice<i32>, GpuError> { Ok(if v.is_empty() { s.alloc_zeros::<i32>(1)? } else { s.clone_htod(v)? }) };
+        let chunks = (t * kk).div_ceil(ROUTE_CHUNK);
+        Ok(FastLayer {
+            gpu,
+            k,
+            dims,
+            rows,
+            alpha,
+            limit,
+            max_tiles,
+            x: z16(t * hd)?,
+            w13: z16(e * 2 * id * hd)?,
+            w2: z16(e * hd * id)?,
+            dy: z16(t * hd)?,
+            ids: up_i32(ids)?,
+            weights: if weights.is_empty() { s.alloc_zeros::<f32>(1)? } else { s.clone_htod(weights)? },
+            counts: zeros(gpu, chunks * e)?,
+            offsets: zeros(gpu, e + 1)?,
+            tiles: zeros(gpu, 3 * max_tiles)?,
+            tile_count: zeros(gpu, 1)?,
+            row_token: zeros(gpu, rows)?,
+            row_slot: zeros(gpu, rows)?,
+            row_w: zeros(gpu, rows)?,
+            slot_row: zeros(gpu, t * kk)?,
+            h: z16(rows * 2 * id)?,
+            a: z16(rows * id)?,
+            o: z16(rows * hd)?,
+            y: z16(t * hd)?,
+            dh: z16(rows * 2 * id)?,
+            aw: z16(rows * id)?,
+            ds_part: zeros(gpu, rows * id.div_ceil(TILE_N))?,
+            dx_rows: z16(rows * hd)?,
+            grad_x: z16(t * hd)?,
+            grad_w13: z16(e * 2 * id * hd)?,
+            grad_w2: z16(e * hd * id)?,
+            grad_tw: zeros(gpu, t * kk)?,
+            profile: None,
+        })
+    }
+
+    /// Upload bf16 inputs (raw bits): x [T, H], w13 [E, 2I, H], w2 [E, H, I], dy [T, H].
+    pub fn upload(&mut self, x: &[u16], w13: &[u16], w2: &[u16], dy: &[u16]) -> Result<(), GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, .. } = self.dims;
+        if x.len() != t * hd || w13.len() != e * 2 * id * hd || w2.len() != e * hd * id || dy.len() != t * hd {
+            return Err(GpuError::Input("input sizes do not match the layer's dims".into()));
+        }
+        let s = &self.gpu.stream;
+        for (src, dst) in [(x, &mut self.x), (w13, &mut self.w13), (w2, &mut self.w2), (dy, &mut self.dy)] {
+            if !src.is_empty() {
+                s.memcpy_htod(src, dst)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fill x, dy with uniform values of standard deviation 1, w13 with std H^-1/2 and w2 with std I^-1/2
+    /// (the PyTorch baseline's scales), on the device.
+    pub fn fill_random(&mut self, seed: u64) -> Result<(), GpuError> {
+        let FastDims { hidden: hd, inter: id, .. } = self.dims;
+        let sqrt3 = 3f32.sqrt();
+        let plan = [(0u64, sqrt3), (1, sqrt3 / (hd as f32).sqrt()), (2, sqrt3 / (id as f32).sqrt()), (3, sqrt3)];
+        for (i, scale) in plan {
+            let buf = match i {
+                0 => &mut self.x,
+                1 => &mut self.w13,
+                2 => &mut self.w2,
+                _ => &mut self.dy,
+            };
+            let n = buf.len() as i64;
+            let sd = seed.wrapping_mul(0x9E37_79B9).wrapping_add(i);
+            let cfg = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: fc_fill_random(bf16*, long long, unsigned long long, float) writes n elements of buf.
+            unsafe { self.gpu.stream.launch_builder(self.k.f("fc_fill_random")).arg(buf).arg(&n).arg(&sd).arg(&scale).launch(cfg)? };
+        }
+        Ok(())
+    }
+
+    /// Fill every bf16 output and intermediate with NaN, so that a test sees any element a kernel leaves unwritten.
+    pub fn poison_outputs(&mut self) -> Result<(), GpuError> {
+        let nan = f32::NAN;
+        let f = self.k.f("fc_fill_random");
+        let s = &self.gpu.stream;
+        let cfg = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        for buf in [&mut self.h, &mut self.a, &mut self.o, &mut self.y, &mut self.dh, &mut self.aw, &mut self.dx_rows, &mut self.grad_x, &mut self.grad_w13, &mut self.grad_w2] {
+            let n = buf.len() as i64;
+            // SAFETY: as in fill_random; a NaN scale makes every element NaN.
+            unsafe { s.launch_builder(f).arg(buf).arg(&n).arg(&0u64).arg(&nan).launch(cfg)? };
+        }
+        Ok(())
+    }
+
+    /// Time each kernel of the following passes with CUDA events (read with [`FastLayer::kernel_times`]).
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profile = on.then(Vec::new);
+    }
+
+    /// The kernel times of the profiled passes since the last call.
+    pub fn kernel_times(&mut self) -> Result<Vec<KernelTime>, GpuError> {
+        let Some(p) = self.profile.as_mut() else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        for (name, a, b) in p.drain(..) {
+            out.push(KernelTime { name, ms: a.elapsed_ms(&b)? });
+        }
+        Ok(out)
+    }
+
+    fn ptr<T>(&self, s: &CudaSlice<T>) -> u64 {
+        s.device_ptr(&self.gpu.stream).0
+    }
+
+    fn launch<F>(&mut self, name: &'static str, f: F) -> Result<(), GpuError>
+    where
+        F: FnOnce(&Self) -> Result<(), GpuError>,
+    {
+        let timing = self.profile.is_some();
+        let start = if timing { Some(self.gpu.stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?) } else { None };
+        f(self)?;
+        if let Some(start) = start {
+            let end = self.gpu.stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+            self.profile.as_mut().expect("profiling").push((name, start, end));
+        }
+        Ok(())
+    }
+
+    fn gemm(&mut self, name: &'static str, grid: (usize, usize, usize), p: GemmParams) -> Result<(), GpuError> {
+        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+            return Ok(());
+        }
+        let cfg = LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: self.k.smem() };
+        self.launch(name, |me| {
+            // SAFETY: every pointer in `p` is a live buffer of this layer sized from the same dims as the
+            // indices the kernel forms (see the field comments in fast_gemm.cu); one stream orders the launches.
+            unsafe { me.gpu.stream.launch_builder(me.k.f(name)).arg(&p).launch(cfg)? };
+            Ok(())
+        })
+    }
+
+    fn base_params(&self) -> GemmParams {
+        GemmParams {
+            tiles: self.ptr(&self.tiles),
+            tile_count: self.ptr(&self.tile_count),
+            offsets: self.ptr(&self.offsets),
+            inter: self.dims.inter as i32,
+            alpha: self.alpha,
+            clamp_limit: self.limit,
+            ..Default::default()
+        }
+    }
+
+    /// Routing to rows, GEMM1 + SwiGLU, GEMM2, combine. Asynchronous (on the GPU's stream).
+    pub fn forward(&mut self) -> Result<(), GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
+        let slots = t * kk;
+        let (slots_i, e_i, k_i) = (slots as i32, e as i32, kk as i32);
+        if slots > 0 {
+            let chunks = slots.div_ceil(ROUTE_CHUNK);
+            let chunks_i = chunks as i32;
+            let grid = LaunchConfig { grid_dim: (chunks as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: (8 * e) as u32 };
+            // SAFETY (three launches): argument lists match cuda/fast/fast_route.cu; counts holds chunks*E,
+            // tiles 3*max_tiles (a bound on the tiles fr_scan writes), the row arrays `rows` entries.
+            self.launch("route_count", |me| {
+                unsafe { me.gpu.stream.launch_builder(me.k.f("fr_count")).arg(&me.ids).arg(&slots_i).arg(&e_i).arg(&me.counts).launch(grid)? };
+                Ok(())
+            })?;
+            self.launch("route_scan", |me| {
+                unsafe {
+                    me.gpu.stream.launch_builder(me.k.f("fr_scan")).arg(&me.counts).arg(&chunks_i).arg(&e_i).arg(&me.offsets).arg(&me.tiles).arg(&me.tile_count).launch(one)?
+                };
+                Ok(())
+            })?;
+            self.launch("route_fill", |me| {
+                unsafe {
+                    me.gpu.stream.launch_builder(me.k.f("fr_fill"))
+                        .arg(&me.ids).arg(&me.weights).arg(&slots_i).arg(&k_i).arg(&e_i).arg(&me.counts).arg(&me.offsets)
+                        .arg(&me.row_token).arg(&me.row_slot).arg(&me.row_w).arg(&me.slot_row)
+                        .launch(grid)?
+                };
+                Ok(())
+            })?;
+        }
+        let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
+        let mut p = self.base_params();
+        p.a = self.ptr(&self.x);
+        p.a_idx = self.ptr(&self.row_token);
+        p.lda = hd as i64;
+        p.b = self.ptr(&self.w13);
+        p.ldb = hd as i64;
+        p.b_estride = (2 * id * hd) as i64;
+        p.c = self.ptr(&self.h);
+        p.ldc = (2 * id) as i64;
+        p.c2 = self.ptr(&self.a);
+        p.n_dim = (2 * id) as i32;
+        p.k_dim = hd as i32;
+        self.gemm("fg_gemm1_swiglu", (id.div_ceil(TILE_N / 2), tiles, 1), p)?;
+        let mut p = self.base_params();
+        p.a = self.ptr(&self.a);
+        p.lda = id as i64;
+        p.b = self.ptr(&self.w2);
+        p.ldb = id as i64;
+        p.b_estride = (hd * id) as i64;
+        p.c = self.ptr(&self.o);
+        p.ldc = hd as i64;
+        p.n_dim = hd as i32;
+        p.k_dim = id as i32;
+        self.gemm("fg_rows_nt", (hd.div_ceil(TILE_N), tiles, 1), p)?;
+        if t > 0 {
+            let (o, w, sr, y) = (self.ptr(&self.o), self.ptr(&self.weights), self.ptr(&self.slot_row), self.ptr(&self.y));
+            self.combine("combine", o, w, sr, y)?;
+        }
+        Ok(())
+    }
+
+    /// `out[t] = Σ_j (w[t,j]·) rows[row(t,j)]`; `weights` 0 for the plain un-dispatch sum.
+    fn combine(&mut self, name: &'static str, rows: u64, weights: u64, slot_row: u64, out: u64) -> Result<(), GpuError> {
+        let FastDims { tokens: t, hidden: hd, top_k: kk, .. } = self.dims;
+        let n = t * hd / 8;
+        let cfg = LaunchConfig { grid_dim: (n.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let (ti, ki, hi) = (t as i32, kk as i32, hd as i32);
+        self.launch(name, |me| {
+            // SAFETY: fc_combine(const bf16*, const float*, const int*, bf16*, int, int, int); rows has
+            // `rows` x H, slot_row T x k entries (or -1), out T x H.
+            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_combine")).arg(&rows).arg(&weights).arg(&slot_row).arg(&out).arg(&ti).arg(&ki).arg(&hi).launch(cfg)? };
+            Ok(())
+        })
+    }
+
+    /// dA (+ SwiGLU backward, A', routing-weight partials), routing-weight gradient, dX rows, un-dispatch,
+    /// dW13, dW2. Needs a forward first. Asynchronous.
+    pub fn backward(&mut self) -> Result<(), GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
+        let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
+        let n_tiles_i = id.div_ceil(TILE_N);
+        let mut p = self.base_params();
+        p.a = self.ptr(&self.dy);
+        p.a_idx = self.ptr(&self.row_token);
+        p.lda = hd as i64;
+        p.b = self.ptr(&self.w2);
+        p.ldb = id as i64;
+        p.b_estride = (hd * id) as i64;
+        p.c = self.ptr(&self.dh);
+        p.c2 = self.ptr(&self.aw);
+        p.h = self.ptr(&self.h);
+        p.row_w = self.ptr(&self.row_w);
+        p.ds_part = self.ptr(&self.ds_part);
+        p.n_dim = id as i32;
+        p.k_dim = hd as i32;
+        self.gemm("fg_dgrad_swiglu", (n_tiles_i, tiles, 1), p)?;
+        if t * kk > 0 {
+            let slots = t * kk;
+            let (nt, sl) = (n_tiles_i as i32, slots as i32);
+            let cfg = LaunchConfig { grid_dim: (slots.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            self.launch("slot_grad", |me| {
+                // SAFETY: fc_slot_grad(const float*, int, const int*, float*, int); ds_part is rows x n_tiles.
+                unsafe { me.gpu.stream.launch_builder(me.k.f("fc_slot_grad")).arg(&me.ds_part).arg(&nt).arg(&me.slot_row).arg(&me.grad_tw).arg(&sl).launch(cfg)? };
+                Ok(())
+            })?;
+        }
+        let mut p = self.base_params();
+        p.a = self.ptr(&self.dh);
+        p.lda = (2 * id) as i64;
+        p.b = self.ptr(&self.w13);
+        p.ldb = hd as i64;
+        p.b_estride = (2 * id * hd) as i64;
+        p.c = self.ptr(&self.dx_rows);
+        p.ldc = hd as i64;
+        p.n_dim = hd as i32;
+        p.k_dim = (2 * id) as i32;
+        self.gemm("fg_rows_nn", (hd.div_ceil(TILE_N), tiles, 1), p)?;
+        if t > 0 {
+            let (dx, sr, gx) = (self.ptr(&self.dx_rows), self.ptr(&self.slot_row), self.ptr(&self.grad_x));
+            self.combine("undispatch", dx, 0, sr, gx)?;
+        }
+        // weight gradients run for every expert, so experts without rows get exact zeros
+        let mut p = self.base_params();
+        p.a = self.ptr(&self.dh);
+        p.lda = (2 * id) as i64;
+        p.m_dim = (2 * id) as i32;
+        p.b = self.ptr(&self.x);
+        p.b_idx = self.ptr(&self.row_token);
+        p.ldb = hd as i64;
+        p.n_dim = hd as i32;
+        p.c = self.ptr(&self.grad_w13);
+        p.ldc = hd as i64;
+        p.c_estride = (2 * id * hd) as i64;
+        self.gemm_wgrad("wgrad_w13", (hd.div_ceil(TILE_N), (2 * id).div_ceil(TILE_M), e), p)?;
+        let mut p = self.base_params();
+        p.a = self.ptr(&self.dy);
+        p.a_idx = self.ptr(&self.row_token);
+        p.lda = hd as i64;
+        p.m_dim = hd as i32;
+        p.b = self.ptr(&self.aw);
+        p.ldb = id as i64;
+        p.n_dim = id as i32;
+        p.c = self.ptr(&self.grad_w2);
+        p.ldc = id as i64;
+        p.c_estride = (hd * id) as i64;
+        self.gemm_wgrad("wgrad_w2", (id.div_ceil(TILE_N), hd.div_ceil(TILE_M), e), p)
+    }
+
+    fn gemm_wgrad(&mut self, label: &'static str, grid: (usize, usize, usize), p: GemmParams) -> Result<(), GpuError> {
+        let cfg = LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: self.k.smem() };
+        self.launch(label, |me| {
+            // SAFETY: as in `gemm`; grid.z = experts and offsets has E + 1 entries.
+            unsafe { me.gpu.stream.launch_builder(me.k.f("fg_wgrad")).arg(&p).launch(cfg)? };
+            Ok(())
+        })
+    }
+
+    /// Wait for the GPU.
+    pub fn sync(&self) -> Result<(), GpuError> {
+        Ok(self.gpu.stream.synchronize()?)
+    }
+
+    /// Bytes kept from forward for backward per token: the k rows of H (bf16) plus each row's token, slot,
+    /// weight and each slot's row (the caller holds X and dY).
+    pub fn bytes_kept_per_token(&self) -> f64 {
+        let FastDims { tokens: t, inter: id, top_k: kk, .. } = self.dims;
+        let per_row = 2 * id * 2 + 4 + 4 + 4;
+        (self.rows * per_row + t * kk * 4) as f64 / t.max(1) as f64
+    }
+
+    /// Download everything the layer wrote.
+    pub fn trace(&self) -> Result<FastTrace, GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
+        let m = self.rows;
+        let s = &self.gpu.stream;
+        fn take<T: DeviceRepr + Clone>(s: &Arc<cudarc::driver::CudaStream>, d: &CudaSlice<T>, n: usize) -> Result<Vec<T>, GpuError> {
+            let mut v = s.clone_dtoh(d)?;
+            v.truncate(n);
+            Ok(v)
+        }
+        s.synchronize()?;
+        Ok(FastTrace {
+            row_token: take(s, &self.row_token, m)?,
+            row_slot: take(s, &self.row_slot, m)?,
+            offsets: take(s, &self.offsets, e + 1)?,
+            slot_row: take(s, &self.slot_row, t * kk)?,
+            h: take(s, &self.h, m * 2 * id)?,
+            a: take(s, &self.a, m * id)?,
+            o: take(s, &self.o, m * hd)?,
+            y: take(s, &self.y, t * hd)?,
+            dh: take(s, &self.dh, m * 2 * id)?,
+            aw: take(s, &self.aw, m * id)?,
+            dx_rows: take(s, &self.dx_rows, m * hd)?,
+            grad_x: take(s, &self.grad_x, t * hd)?,
+            grad_w13: take(s, &self.grad_w13, e * 2 * id * hd)?,
+            grad_w2: take(s, &self.grad_w2, e * hd * id)?,
+            grad_topk_weights: take(s, &self.grad_tw, t * kk)?,
+        })
+    }
+
+    /// Download the inputs (bf16 bits), e.g. after `fill_random`, for the checker.
+    pub fn inputs(&self) -> Result<(Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>), GpuError> {
+        let s = &self.gpu.stream;
+        s.synchronize()?;
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, .. } = self.dims;
+        let get = |d: &CudaSlice<u16>, n: usize| -> Result<Vec<u16>, GpuError> {
+            let mut v = s.clone_dtoh(d)?;
+            v.truncate(n);
+            Ok(v)
+        };
+        Ok((get(&self.x, t * hd)?, get(&self.w13, e * 2 * id * hd)?, get(&self.w2, e * hd * id)?, get(&self.dy, t * hd)?))
+    }
+}
+
+fn zeros<T: DeviceRepr + ValidAsZeroBits>(gpu: &Gpu, n: usize) -> Result<CudaSlice<T>, GpuError> {
+    Ok(gpu.stream.alloc_zeros::<T>(n.max(1))?)
+}

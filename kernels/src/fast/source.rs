@@ -1,0 +1,29 @@
+//! The fast kernels' sources, assembled into one NVRTC translation unit (NVRTC gets no include paths here).
+
+const HEADER: &str = include_str!("../../cuda/bf16.cuh");
+const FILES: &[(&str, &str)] = &[
+    ("fast/fast_route.cu", include_str!("../../cuda/fast/fast_route.cu")),
+    ("fast/fast_gemm.cu", include_str!("../../cuda/fast/fast_gemm.cu")),
+    ("fast/fast_combine.cu", include_str!("../../cuda/fast/fast_combine.cu")),
+];
+
+/// GEMM entry points (each takes one `FastGemmParams` by value and 96 KiB+ of dynamic shared memory).
+pub const GEMMS: &[&str] = &["fg_gemm1_swiglu", "fg_rows_nt", "fg_rows_nn", "fg_dgrad_swiglu", "fg_wgrad"];
+/// The other entry points.
+pub const OTHERS: &[&str] = &["fr_count", "fr_scan", "fr_fill", "fc_combine", "fc_slot_grad", "fc_fill_random"];
+
+/// All fast kernels as one source, with the pipeline depth fixed at compile time.
+pub fn translation_unit(stages: usize) -> String {
+    let mut src = format!("#define FG_STAGES {stages}\n");
+    src.push_str(&HEADER.replace("#pragma once", ""));
+    for (name, text) in FILES {
+        src.push_str(&format!("\n// ---- {name}\n"));
+        for line in text.lines() {
+            if !line.trim_start().starts_with("#include \"bf16.cuh\"") {
+                src.push_str(line);
+                src.push('\n');
+            }
+        }
+    }
+    src
+}
