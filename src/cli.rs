@@ -47,6 +47,9 @@ pub enum Command {
     /// Round every float tensor (F64, F32, BF16, F16) of a safetensors file to a low-precision format and
     /// write the rounded values as F32, same names; other tensors and the metadata are copied unchanged.
     Cast(CastArgs),
+    /// Time the fast fused GPU kernels at a model's shape (forward, forward+backward, per kernel), check the
+    /// same run against the oracle on a token subset, and optionally run the PyTorch baseline beside them.
+    BenchGpu(crate::bench_gpu::BenchGpuArgs),
 }
 
 #[derive(Debug, Args)]
@@ -460,6 +463,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         },
         Command::Demo(args) => run_demo(&args.output, args.seed, args.save_case.as_deref(), &args.common),
         Command::Cast(args) => run_cast(args),
+        Command::BenchGpu(args) => crate::bench_gpu::run(args),
     }
 }
 

@@ -66,7 +66,8 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, seed: u64, t: usize, h: usize, i: usi
         panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): not deterministic or an element left unwritten: {msg}");
     }
     let host = HostCase { dims, act, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids: &ids_v, weights: &w_v };
-    let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads: 2 };
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads };
     match check(&host, &first, &scope) {
         Ok(r) => (r.worst, r.elements),
         Err(msg) => panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}, {act:?}): {msg}"),

@@ -327,6 +327,31 @@ impl<'g> FastLayer<'g> {
         Ok(())
     }
 
+    /// Replace x [T, H] (bf16 bits) only.
+    pub fn upload_x(&mut self, x: &[u16]) -> Result<(), GpuError> {
+        if x.len() != self.dims.tokens * self.dims.hidden {
+            return Err(GpuError::Input("x size does not match the layer's dims".into()));
+        }
+        if !x.is_empty() {
+            self.gpu.stream.memcpy_htod(x, &mut self.x)?;
+        }
+        Ok(())
+    }
+
+    /// Median wall time on the GPU (CUDA events around each repetition) of `reps` runs of `f`.
+    pub fn median_ms<F: FnMut(&mut Self) -> Result<(), GpuError>>(&mut self, reps: usize, mut f: F) -> Result<f32, GpuError> {
+        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let mut ts = Vec::with_capacity(reps);
+        for _ in 0..reps.max(1) {
+            let a = self.gpu.stream.record_event(flags)?;
+            f(self)?;
+            let b = self.gpu.stream.record_event(flags)?;
+            ts.push(a.elapsed_ms(&b)?);
+        }
+        ts.sort_by(f32::total_cmp);
+        Ok(ts[ts.len() / 2])
+    }
+
     /// Time each kernel of the following passes with CUDA events (read with [`FastLayer::kernel_times`]).
     pub fn set_profiling(&mut self, on: bool) {
         self.profile = on.then(Vec::new);
