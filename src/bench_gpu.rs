@@ -134,23 +134,13 @@ fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool) -> Re
     }
 }
 
-pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
-    let (h, i, e, k) = preset(&args.preset).ok_or_else(|| fail(format!("unknown preset {:?} (qwen3-30b-a3b, qwen3-235b-a22b, olmoe-1b-7b, mixtral-8x7b)", args.preset)))?;
+/// Warm up, time forward and forward+backward (medians), per-kernel times, and the oracle check, for the
+/// layer's current engine. Returns (forward ms, forward+backward ms).
+fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (h, i, e, k): (usize, usize, usize, usize)) -> Result<(f32, f32), CliError> {
     let t = args.tokens;
-    if t == 0 {
-        return Err(fail("--tokens must be positive".into()));
-    }
-    let gpu = Gpu::open(0).map_err(gpu_err)?;
-    let kern = FastKernels::load(&gpu, args.stages).map_err(gpu_err)?;
-    println!("GPU: {} ({}), fast kernels: mma.sync bf16, {} cp.async stages", gpu.name, kern.arch, kern.stages);
-    let x = uniform_bits(t * h, 1.0, args.seed);
-    let wr = uniform_bits(e * h, 1.0 / (h as f32).sqrt(), args.seed ^ 0x5bd1e995);
-    let (ids, w) = route(&x, &wr, t, h, e, k);
-    let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
-    let mut layer = FastLayer::new(&gpu, &kern, dims, Activation::Swiglu, &ids, &w).map_err(gpu_err)?;
-    layer.fill_random(args.seed).map_err(gpu_err)?;
-    layer.upload_x(&x).map_err(gpu_err)?;
-
+    let dims = layer.dims;
+    let flops = 2.0 * (t * k) as f64 * 3.0 * (h * i) as f64;
+    let tf = |f: f64, ms: f32| f / (ms as f64 * 1e-3) / 1e12;
     // warm-up (module load and first-touch stay out of the numbers)
     for _ in 0..3 {
         layer.forward().map_err(gpu_err)?;
@@ -180,17 +170,15 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     }
     layer.set_profiling(false);
 
-    let flops = 2.0 * (t * k) as f64 * 3.0 * (h * i) as f64;
-    let tf = |f: f64, ms: f32| f / (ms as f64 * 1e-3) / 1e12;
-    println!("preset {} tokens {t}: H={h} I={i} E={e} k={k}, {} dispatched rows", args.preset, layer.rows);
+    println!("-- engine {} (row GEMMs); preset {} tokens {t}: H={h} I={i} E={e} k={k}, {} dispatched rows", layer.engine(), args.preset, layer.rows);
     println!("fast forward          {fwd:8.3} ms  {:6.1} TFLOP/s", tf(flops, fwd));
     println!("fast forward+backward {both:8.3} ms  {:6.1} TFLOP/s", tf(3.0 * flops, both));
     println!("per kernel (median of 5 profiled passes; events around each launch):");
     let gemm_flops = |name: &str| -> Option<f64> {
         let rows = layer.rows as f64;
         Some(match name {
-            "fg_gemm1_swiglu" | "wgrad_w13" | "fg_rows_nn" => 2.0 * rows * (2 * i * h) as f64,
-            "fg_rows_nt" | "fg_dgrad_swiglu" | "wgrad_w2" => 2.0 * rows * (h * i) as f64,
+            "gemm1+swiglu" | "wgrad_w13" | "dX_rows" => 2.0 * rows * (2 * i * h) as f64,
+            "gemm2" | "dA+swiglu_bwd" | "wgrad_w2" => 2.0 * rows * (h * i) as f64,
             _ => return None,
         })
     };
@@ -202,12 +190,14 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
         }
     }
     println!("kept for backward: {:.0} bytes per token (H rows in bf16 + routing metadata; X and dY are the caller's)", layer.bytes_kept_per_token());
+    let (work, grads) = layer.extra_bytes();
+    println!("device memory beyond the inputs: {:.0} MiB activations + workspaces (incl. transposed weights), {:.0} MiB gradients", work as f64 / 1048576.0, grads as f64 / 1048576.0);
 
     if args.check_tokens > 0 {
         let n = args.check_tokens.min(t);
         let tr = layer.trace().map_err(gpu_err)?;
         let (xb, w13b, w2b, dyb) = layer.inputs().map_err(gpu_err)?;
-        let host = HostCase { dims, act: Activation::Swiglu, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids: &ids, weights: &w };
+        let host = HostCase { dims, act: Activation::Swiglu, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids: ids, weights: w };
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
         let scope = Scope { tokens: (0..n).map(|j| j * t / n).collect(), wgrad_samples: Some(args.check_wgrad), threads };
         let started = std::time::Instant::now();
@@ -220,6 +210,36 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
             started.elapsed().as_secs_f64()
         );
     }
+    Ok((fwd, both))
+}
+
+pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
+    let (h, i, e, k) = preset(&args.preset).ok_or_else(|| fail(format!("unknown preset {:?} (qwen3-30b-a3b, qwen3-235b-a22b, olmoe-1b-7b, mixtral-8x7b)", args.preset)))?;
+    let t = args.tokens;
+    if t == 0 {
+        return Err(fail("--tokens must be positive".into()));
+    }
+    let gpu = Gpu::open(0).map_err(gpu_err)?;
+    let kern = FastKernels::load(&gpu, args.stages).map_err(gpu_err)?;
+    println!("GPU: {} ({}), fast kernels: wgmma row GEMMs {}, mma.sync ({} cp.async stages)", gpu.name, kern.arch, if kern.wgmma { "available" } else { "unavailable" }, kern.stages);
+    let x = uniform_bits(t * h, 1.0, args.seed);
+    let wr = uniform_bits(e * h, 1.0 / (h as f32).sqrt(), args.seed ^ 0x5bd1e995);
+    let (ids, w) = route(&x, &wr, t, h, e, k);
+    let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
+    let mut layer = FastLayer::new(&gpu, &kern, dims, Activation::Swiglu, &ids, &w).map_err(gpu_err)?;
+    layer.fill_random(args.seed).map_err(gpu_err)?;
+    layer.upload_x(&x).map_err(gpu_err)?;
+
+    let mut results = Vec::new();
+    let engines: &[bool] = if kern.wgmma { &[false, true] } else { &[false] };
+    for &wgmma in engines {
+        layer.use_wgmma(wgmma).map_err(gpu_err)?;
+        let (fwd, both) = measure(&mut layer, args, &ids, &w, (h, i, e, k))?;
+        results.push((layer.engine(), fwd, both));
+    }
+    let (_, fwd, both) = results.iter().copied().min_by(|a, b| a.2.total_cmp(&b.2)).expect("one engine");
+    let flops = 2.0 * (t * k) as f64 * 3.0 * (h * i) as f64;
+    let tf = |f: f64, ms: f32| f / (ms as f64 * 1e-3) / 1e12;
     drop(layer);
 
     if let Some(script) = &args.baseline {
@@ -227,7 +247,9 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
         let (cf, cb) = baseline(script, &args.preset, t, true)?;
         let (best_f, best_b) = (pf.min(cf), pb.min(cb));
         println!("| impl | fwd ms | fwd+bwd ms | fwd+bwd TFLOP/s |");
-        println!("| fast (this run) | {fwd:.3} | {both:.3} | {:.1} |", tf(3.0 * flops, both));
+        for (name, f, b) in &results {
+            println!("| fast, {name} (this run) | {f:.3} | {b:.3} | {:.1} |", tf(3.0 * flops, *b));
+        }
         println!("| torch plain | {pf:.3} | {pb:.3} | {:.1} |", tf(3.0 * flops, pb as f32));
         println!("| torch compiled | {cf:.3} | {cb:.3} | {:.1} |", tf(3.0 * flops, cb as f32));
         println!("speedup vs the faster baseline: forward {:.2}x, forward+backward {:.2}x", best_f / fwd as f64, best_b / both as f64);

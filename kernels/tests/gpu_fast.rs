@@ -42,7 +42,7 @@ fn same(a: &FastTrace, b: &FastTrace) -> Result<(), String> {
 /// Run one case twice (the second time on fresh buffers poisoned with NaN), demand bitwise equality, and
 /// check the first run fully against the oracle. Returns (worst error/bound, elements checked).
 #[allow(clippy::too_many_arguments)]
-fn run_case(gpu: &Gpu, kern: &FastKernels, seed: u64, t: usize, h: usize, i: usize, e: usize, k: usize, act: Activation, unused: f64) -> (f64, usize) {
+fn run_case(gpu: &Gpu, kern: &FastKernels, wgmma: bool, seed: u64, t: usize, h: usize, i: usize, e: usize, k: usize, act: Activation, unused: f64) -> (f64, usize) {
     let (_cfg, x, w13, w2, ids, w) = case(seed, t, h, i, e, k, act, unused);
     let mut g = moe_kernels::check::Gen(seed.wrapping_mul(31).wrapping_add(7) | 1);
     let dy: Vec<f64> = (0..t * h).map(|_| g.bf16(0.5)).collect();
@@ -52,6 +52,7 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, seed: u64, t: usize, h: usize, i: usi
     let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
     let run = |poison: bool| -> FastTrace {
         let mut layer = FastLayer::new(gpu, kern, dims, act, &ids_v, &w_v).expect("layer");
+        layer.use_wgmma(wgmma).expect("engine");
         layer.upload(&xb, &w13b, &w2b, &dyb).expect("upload");
         if poison {
             layer.poison_outputs().expect("poison");
@@ -63,15 +64,20 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, seed: u64, t: usize, h: usize, i: usi
     let first = run(false);
     let second = run(true);
     if let Err(msg) = same(&first, &second) {
-        panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): not deterministic or an element left unwritten: {msg}");
+        panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}, wgmma {wgmma}): not deterministic or an element left unwritten: {msg}");
     }
     let host = HostCase { dims, act, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids: &ids_v, weights: &w_v };
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads };
     match check(&host, &first, &scope) {
         Ok(r) => (r.worst, r.elements),
-        Err(msg) => panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}, {act:?}): {msg}"),
+        Err(msg) => panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}, {act:?}, wgmma {wgmma}): {msg}"),
     }
+}
+
+/// The engines to test: mma.sync always, wgmma where the GPU has it.
+fn engines(kern: &FastKernels) -> Vec<bool> {
+    if kern.wgmma { vec![false, true] } else { vec![false] }
 }
 
 fn kernels_for(gpu: &Gpu) -> FastKernels {
@@ -101,14 +107,18 @@ fn fast_layer_matches_the_oracle_on_edge_shapes() {
         (11, 300, 256, 192, 4, 2, sw, 0.0),   // several row, column and k tiles; pipeline wraps
         (12, 160, 200, 136, 3, 3, clamped, 0.1), // k = E, odd tiles everywhere
         (13, 260, 8, 8, 2, 1, sw, 0.0),       // the smallest H and I
+        (14, 200, 520, 264, 2, 2, sw, 0.0),   // more than one 256-wide tile and several k tiles on every GEMM
     ];
     let (mut worst, mut elements) = (0.0f64, 0usize);
-    for (seed, t, h, i, e, k, act, unused) in cases {
-        let (w, n) = run_case(&gpu, &kern, seed, t, h, i, e, k, act, unused);
-        worst = worst.max(w);
-        elements += n;
+    for wgmma in engines(&kern) {
+        for (seed, t, h, i, e, k, act, unused) in cases {
+            let (w, n) = run_case(&gpu, &kern, wgmma, seed, t, h, i, e, k, act, unused);
+            worst = worst.max(w);
+            elements += n;
+        }
+        eprintln!("{} engine: {} cases passed", if wgmma { "wgmma" } else { "mma.sync" }, cases.len());
     }
-    eprintln!("{} cases, {elements} elements checked, worst error/bound {worst:.3}", cases.len());
+    eprintln!("{elements} elements checked in all, worst error/bound {worst:.3}");
 }
 
 #[test]
@@ -146,7 +156,10 @@ fn fast_layer_matches_the_oracle_on_random_shapes() {
             let k = k.min(e);
             let act = if act < 2 { Activation::Swiglu } else { Activation::SwigluClamped { alpha: 1.702, limit: 7.0 } };
             let unused = [0.0, 0.0, 0.3, 1.0][unused as usize];
-            let (w, _) = run_case(&gpu, &kern, seed, t, 8 * h8, 8 * i8, e, k, act, unused);
+            let mut w = 0.0f64;
+            for wgmma in engines(&kern) {
+                w = w.max(run_case(&gpu, &kern, wgmma, seed, t, 8 * h8, 8 * i8, e, k, act, unused).0);
+            }
             worst.set(worst.get().max(w));
             count.set(count.get() + 1);
             Ok(())

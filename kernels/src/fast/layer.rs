@@ -16,6 +16,8 @@ use crate::{Gpu, GpuError};
 const TILE_M: usize = 128;
 /// Columns per GEMM tile (FG_BN).
 const TILE_N: usize = 128;
+/// Columns per wgmma GEMM tile (WG_BN).
+const WG_TILE_N: usize = 256;
 /// Bytes of one operand tile in shared memory (128 x 64 bf16).
 const TILE_BYTES: usize = 128 * 64 * 2;
 /// Slots per routing chunk (FR_CHUNK).
@@ -29,6 +31,8 @@ pub struct FastKernels {
     pub stages: usize,
     /// NVRTC target, e.g. "sm_90a".
     pub arch: &'static str,
+    /// Whether the wgmma (Hopper) row GEMMs are available (sm_90a).
+    pub wgmma: bool,
 }
 
 impl FastKernels {
@@ -67,7 +71,15 @@ impl FastKernels {
         for &k in source::OTHERS {
             functions.insert(k, module.load_function(k)?);
         }
-        Ok(FastKernels { _module: module, functions, stages, arch })
+        let wgmma = arch == "sm_90a";
+        if wgmma {
+            for &k in source::WG_GEMMS {
+                let f = module.load_function(k)?;
+                f.set_attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, source::WG_SMEM as i32)?;
+                functions.insert(k, f);
+            }
+        }
+        Ok(FastKernels { _module: module, functions, stages, arch, wgmma })
     }
 
     fn f(&self, name: &str) -> &CudaFunction {
@@ -182,6 +194,10 @@ pub struct FastLayer<'g> {
     grad_w13: CudaSlice<u16>,
     grad_w2: CudaSlice<u16>,
     grad_tw: CudaSlice<f32>,
+    /// W2 and W13 transposed per expert ([E, I, H], [E, H, 2I]) for the wgmma backward's K-major operands
+    w2t: CudaSlice<u16>,
+    w13t: CudaSlice<u16>,
+    wgmma: bool,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
 }
 
@@ -272,6 +288,9 @@ impl<'g> FastLayer<'g> {
             grad_w13: z16(e * 2 * id * hd)?,
             grad_w2: z16(e * hd * id)?,
             grad_tw: zeros(gpu, t * kk)?,
+            w2t: z16(if k.wgmma { e * hd * id } else { 1 })?,
+            w13t: z16(if k.wgmma { e * 2 * id * hd } else { 1 })?,
+            wgmma: k.wgmma,
             profile: None,
         })
     }
@@ -325,6 +344,20 @@ impl<'g> FastLayer<'g> {
             unsafe { s.launch_builder(f).arg(buf).arg(&n).arg(&0u64).arg(&nan).launch(cfg)? };
         }
         Ok(())
+    }
+
+    /// Choose the row GEMMs' engine: wgmma (Hopper only; the default there) or mma.sync (every GPU).
+    pub fn use_wgmma(&mut self, on: bool) -> Result<(), GpuError> {
+        if on && !self.k.wgmma {
+            return Err(GpuError::Input(format!("wgmma needs an sm_90a GPU; these kernels were built for {}", self.k.arch)));
+        }
+        self.wgmma = on;
+        Ok(())
+    }
+
+    /// Which engine the row GEMMs use.
+    pub fn engine(&self) -> &'static str {
+        if self.wgmma { "wgmma" } else { "mma.sync" }
     }
 
     /// Replace x [T, H] (bf16 bits) only.
@@ -385,12 +418,13 @@ impl<'g> FastLayer<'g> {
         Ok(())
     }
 
-    fn gemm(&mut self, name: &'static str, grid: (usize, usize, usize), p: GemmParams) -> Result<(), GpuError> {
+    fn gemm(&mut self, name: &'static str, label: &'static str, grid: (usize, usize, usize), p: GemmParams) -> Result<(), GpuError> {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(());
         }
-        let cfg = LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: self.k.smem() };
-        self.launch(name, |me| {
+        let smem = if name.starts_with("wg_") { source::WG_SMEM as u32 } else { self.k.smem() };
+        let cfg = LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem };
+        self.launch(label, |me| {
             // SAFETY: every pointer in `p` is a live buffer of this layer sized from the same dims as the
             // indices the kernel forms (see the field comments in fast_gemm.cu); one stream orders the launches.
             unsafe { me.gpu.stream.launch_builder(me.k.f(name)).arg(&p).launch(cfg)? };
@@ -455,7 +489,11 @@ impl<'g> FastLayer<'g> {
         p.c2 = self.ptr(&self.a);
         p.n_dim = (2 * id) as i32;
         p.k_dim = hd as i32;
-        self.gemm("fg_gemm1_swiglu", (id.div_ceil(TILE_N / 2), tiles, 1), p)?;
+        if self.wgmma {
+            self.gemm("wg_gemm1_swiglu", "gemm1+swiglu", (id.div_ceil(WG_TILE_N / 2), tiles, 1), p)?;
+        } else {
+            self.gemm("fg_gemm1_swiglu", "gemm1+swiglu", (id.div_ceil(TILE_N / 2), tiles, 1), p)?;
+        }
         let mut p = self.base_params();
         p.a = self.ptr(&self.a);
         p.lda = id as i64;
@@ -466,7 +504,11 @@ impl<'g> FastLayer<'g> {
         p.ldc = hd as i64;
         p.n_dim = hd as i32;
         p.k_dim = id as i32;
-        self.gemm("fg_rows_nt", (hd.div_ceil(TILE_N), tiles, 1), p)?;
+        if self.wgmma {
+            self.gemm("wg_rows", "gemm2", (hd.div_ceil(WG_TILE_N), tiles, 1), p)?;
+        } else {
+            self.gemm("fg_rows_nt", "gemm2", (hd.div_ceil(TILE_N), tiles, 1), p)?;
+        }
         if t > 0 {
             let (o, w, sr, y) = (self.ptr(&self.o), self.ptr(&self.weights), self.ptr(&self.slot_row), self.ptr(&self.y));
             self.combine("combine", o, w, sr, y)?;
@@ -493,13 +535,24 @@ impl<'g> FastLayer<'g> {
     pub fn backward(&mut self) -> Result<(), GpuError> {
         let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
         let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
-        let n_tiles_i = id.div_ceil(TILE_N);
+        let n_tiles_i = if self.wgmma { id.div_ceil(WG_TILE_N) } else { id.div_ceil(TILE_N) };
+        if self.wgmma {
+            // K-major copies of the weights for the wgmma data-gradient GEMMs
+            let (w2, w2t, w13, w13t) = (self.ptr(&self.w2), self.ptr(&self.w2t), self.ptr(&self.w13), self.ptr(&self.w13t));
+            self.transpose("transpose_w2", w2, w2t, hd, id)?;
+            self.transpose("transpose_w13", w13, w13t, 2 * id, hd)?;
+        }
         let mut p = self.base_params();
         p.a = self.ptr(&self.dy);
         p.a_idx = self.ptr(&self.row_token);
         p.lda = hd as i64;
-        p.b = self.ptr(&self.w2);
-        p.ldb = id as i64;
+        if self.wgmma {
+            p.b = self.ptr(&self.w2t);
+            p.ldb = hd as i64;
+        } else {
+            p.b = self.ptr(&self.w2);
+            p.ldb = id as i64;
+        }
         p.b_estride = (hd * id) as i64;
         p.c = self.ptr(&self.dh);
         p.c2 = self.ptr(&self.aw);
@@ -508,7 +561,11 @@ impl<'g> FastLayer<'g> {
         p.ds_part = self.ptr(&self.ds_part);
         p.n_dim = id as i32;
         p.k_dim = hd as i32;
-        self.gemm("fg_dgrad_swiglu", (n_tiles_i, tiles, 1), p)?;
+        if self.wgmma {
+            self.gemm("wg_dgrad_swiglu", "dA+swiglu_bwd", (n_tiles_i, tiles, 1), p)?;
+        } else {
+            self.gemm("fg_dgrad_swiglu", "dA+swiglu_bwd", (n_tiles_i, tiles, 1), p)?;
+        }
         if t * kk > 0 {
             let slots = t * kk;
             let (nt, sl) = (n_tiles_i as i32, slots as i32);
@@ -522,14 +579,20 @@ impl<'g> FastLayer<'g> {
         let mut p = self.base_params();
         p.a = self.ptr(&self.dh);
         p.lda = (2 * id) as i64;
-        p.b = self.ptr(&self.w13);
-        p.ldb = hd as i64;
         p.b_estride = (2 * id * hd) as i64;
         p.c = self.ptr(&self.dx_rows);
         p.ldc = hd as i64;
         p.n_dim = hd as i32;
         p.k_dim = (2 * id) as i32;
-        self.gemm("fg_rows_nn", (hd.div_ceil(TILE_N), tiles, 1), p)?;
+        if self.wgmma {
+            p.b = self.ptr(&self.w13t);
+            p.ldb = (2 * id) as i64;
+            self.gemm("wg_rows", "dX_rows", (hd.div_ceil(WG_TILE_N), tiles, 1), p)?;
+        } else {
+            p.b = self.ptr(&self.w13);
+            p.ldb = hd as i64;
+            self.gemm("fg_rows_nn", "dX_rows", (hd.div_ceil(TILE_N), tiles, 1), p)?;
+        }
         if t > 0 {
             let (dx, sr, gx) = (self.ptr(&self.dx_rows), self.ptr(&self.slot_row), self.ptr(&self.grad_x));
             self.combine("undispatch", dx, 0, sr, gx)?;
@@ -561,6 +624,18 @@ impl<'g> FastLayer<'g> {
         self.gemm_wgrad("wgrad_w2", (id.div_ceil(TILE_N), hd.div_ceil(TILE_M), e), p)
     }
 
+    /// `out[e] = in[e]ᵀ` for each expert's [rows, cols] matrix.
+    fn transpose(&mut self, label: &'static str, input: u64, out: u64, rows: usize, cols: usize) -> Result<(), GpuError> {
+        let e = self.dims.experts;
+        let cfg = LaunchConfig { grid_dim: (cols.div_ceil(32) as u32, rows.div_ceil(32) as u32, e as u32), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+        let (r, c) = (rows as i32, cols as i32);
+        self.launch(label, |me| {
+            // SAFETY: fc_transpose(const bf16*, bf16*, int, int); both buffers hold E x rows x cols.
+            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_transpose")).arg(&input).arg(&out).arg(&r).arg(&c).launch(cfg)? };
+            Ok(())
+        })
+    }
+
     fn gemm_wgrad(&mut self, label: &'static str, grid: (usize, usize, usize), p: GemmParams) -> Result<(), GpuError> {
         let cfg = LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: self.k.smem() };
         self.launch(label, |me| {
@@ -581,6 +656,18 @@ impl<'g> FastLayer<'g> {
         let FastDims { tokens: t, inter: id, top_k: kk, .. } = self.dims;
         let per_row = 2 * id * 2 + 4 + 4 + 4;
         (self.rows * per_row + t * kk * 4) as f64 / t.max(1) as f64
+    }
+
+    /// Device bytes the layer allocates beyond its inputs (x, W13, W2, dY): (activations, routing and
+    /// workspaces incl. the transposed weights, the gradients dX, dW13, dW2, d(topk_weights)).
+    pub fn extra_bytes(&self) -> (usize, usize) {
+        let b16 = |s: &CudaSlice<u16>| s.len() * 2;
+        let b32 = |n: usize| n * 4;
+        let work = b16(&self.h) + b16(&self.a) + b16(&self.o) + b16(&self.y) + b16(&self.dh) + b16(&self.aw) + b16(&self.dx_rows)
+            + b16(&self.w2t) + b16(&self.w13t)
+            + b32(self.counts.len() + self.offsets.len() + self.tiles.len() + self.row_token.len() + self.row_slot.len() + self.row_w.len() + self.slot_row.len() + self.ds_part.len());
+        let grads = b16(&self.grad_x) + b16(&self.grad_w13) + b16(&self.grad_w2) + b32(self.grad_tw.len());
+        (work, grads)
     }
 
     /// Download everything the layer wrote.

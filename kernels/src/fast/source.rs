@@ -4,13 +4,18 @@ const HEADER: &str = include_str!("../../cuda/bf16.cuh");
 const FILES: &[(&str, &str)] = &[
     ("fast/fast_route.cu", include_str!("../../cuda/fast/fast_route.cu")),
     ("fast/fast_gemm.cu", include_str!("../../cuda/fast/fast_gemm.cu")),
+    ("fast/fast_wgmma.cu", include_str!("../../cuda/fast/fast_wgmma.cu")),
     ("fast/fast_combine.cu", include_str!("../../cuda/fast/fast_combine.cu")),
 ];
 
 /// GEMM entry points (each takes one `FastGemmParams` by value and 96 KiB+ of dynamic shared memory).
 pub const GEMMS: &[&str] = &["fg_gemm1_swiglu", "fg_rows_nt", "fg_rows_nn", "fg_dgrad_swiglu", "fg_wgrad"];
+/// Hopper (sm_90a) wgmma GEMMs (each takes one `FastGemmParams` and `WG_SMEM` bytes of dynamic shared memory).
+pub const WG_GEMMS: &[&str] = &["wg_gemm1_swiglu", "wg_rows", "wg_dgrad_swiglu"];
+/// Dynamic shared memory of the wgmma GEMMs: 4 stages of (128 + 256) x 64 bf16, plus 1 KiB to align to 1024.
+pub const WG_SMEM: usize = 4 * (128 + 256) * 64 * 2 + 1024;
 /// The other entry points.
-pub const OTHERS: &[&str] = &["fr_count", "fr_scan", "fr_fill", "fc_combine", "fc_slot_grad", "fc_fill_random"];
+pub const OTHERS: &[&str] = &["fr_count", "fr_scan", "fr_fill", "fc_combine", "fc_slot_grad", "fc_fill_random", "fc_transpose"];
 
 /// All fast kernels as one source, with the pipeline depth fixed at compile time.
 pub fn translation_unit(stages: usize) -> String {
