@@ -198,6 +198,7 @@ pub struct FastLayer<'g> {
     w2t: CudaSlice<u16>,
     w13t: CudaSlice<u16>,
     wgmma: bool,
+    wgrad_wgmma: bool,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
 }
 
@@ -291,6 +292,7 @@ impl<'g> FastLayer<'g> {
             w2t: z16(if k.wgmma { e * hd * id } else { 1 })?,
             w13t: z16(if k.wgmma { e * 2 * id * hd } else { 1 })?,
             wgmma: k.wgmma,
+            wgrad_wgmma: false,
             profile: None,
         })
     }
@@ -352,12 +354,31 @@ impl<'g> FastLayer<'g> {
             return Err(GpuError::Input(format!("wgmma needs an sm_90a GPU; these kernels were built for {}", self.k.arch)));
         }
         self.wgmma = on;
+        if !on {
+            self.wgrad_wgmma = false;
+        }
         Ok(())
     }
 
-    /// Which engine the row GEMMs use.
+    /// Also run the weight-gradient GEMMs on wgmma (MN-major operands; Hopper only).
+    pub fn use_wgmma_wgrad(&mut self, on: bool) -> Result<(), GpuError> {
+        if on && !self.k.wgmma {
+            return Err(GpuError::Input(format!("wgmma needs an sm_90a GPU; these kernels were built for {}", self.k.arch)));
+        }
+        self.wgrad_wgmma = on;
+        if on {
+            self.wgmma = true;
+        }
+        Ok(())
+    }
+
+    /// Which engines the GEMMs use.
     pub fn engine(&self) -> &'static str {
-        if self.wgmma { "wgmma" } else { "mma.sync" }
+        match (self.wgmma, self.wgrad_wgmma) {
+            (false, _) => "mma.sync",
+            (true, false) => "wgmma rows, mma.sync wgrad",
+            (true, true) => "wgmma",
+        }
     }
 
     /// Replace x [T, H] (bf16 bits) only.
@@ -627,7 +648,7 @@ impl<'g> FastLayer<'g> {
     /// `out[e] = in[e]ᵀ` for each expert's [rows, cols] matrix.
     fn transpose(&mut self, label: &'static str, input: u64, out: u64, rows: usize, cols: usize) -> Result<(), GpuError> {
         let e = self.dims.experts;
-        let cfg = LaunchConfig { grid_dim: (cols.div_ceil(32) as u32, rows.div_ceil(32) as u32, e as u32), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig { grid_dim: (cols.div_ceil(64) as u32, rows.div_ceil(64) as u32, e as u32), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
         let (r, c) = (rows as i32, cols as i32);
         self.launch(label, |me| {
             // SAFETY: fc_transpose(const bf16*, bf16*, int, int); both buffers hold E x rows x cols.
@@ -637,10 +658,16 @@ impl<'g> FastLayer<'g> {
     }
 
     fn gemm_wgrad(&mut self, label: &'static str, grid: (usize, usize, usize), p: GemmParams) -> Result<(), GpuError> {
-        let cfg = LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: self.k.smem() };
+        let (kernel, grid, smem) = if self.wgrad_wgmma {
+            // 128 x 256 tiles instead of 128 x 128
+            ("wg_wgrad", (grid.0.div_ceil(2), grid.1, grid.2), source::WG_SMEM as u32)
+        } else {
+            ("fg_wgrad", grid, self.k.smem())
+        };
+        let cfg = LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem };
         self.launch(label, |me| {
             // SAFETY: as in `gemm`; grid.z = experts and offsets has E + 1 entries.
-            unsafe { me.gpu.stream.launch_builder(me.k.f("fg_wgrad")).arg(&p).launch(cfg)? };
+            unsafe { me.gpu.stream.launch_builder(me.k.f(kernel)).arg(&p).launch(cfg)? };
             Ok(())
         })
     }

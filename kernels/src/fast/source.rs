@@ -11,7 +11,7 @@ const FILES: &[(&str, &str)] = &[
 /// GEMM entry points (each takes one `FastGemmParams` by value and 96 KiB+ of dynamic shared memory).
 pub const GEMMS: &[&str] = &["fg_gemm1_swiglu", "fg_rows_nt", "fg_rows_nn", "fg_dgrad_swiglu", "fg_wgrad"];
 /// Hopper (sm_90a) wgmma GEMMs (each takes one `FastGemmParams` and `WG_SMEM` bytes of dynamic shared memory).
-pub const WG_GEMMS: &[&str] = &["wg_gemm1_swiglu", "wg_rows", "wg_dgrad_swiglu"];
+pub const WG_GEMMS: &[&str] = &["wg_gemm1_swiglu", "wg_rows", "wg_dgrad_swiglu", "wg_wgrad"];
 /// Dynamic shared memory of the wgmma GEMMs: 4 stages of (128 + 256) x 64 bf16, plus 1 KiB to align to 1024.
 pub const WG_SMEM: usize = 4 * (128 + 256) * 64 * 2 + 1024;
 /// The other entry points.
