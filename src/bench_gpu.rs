@@ -179,7 +179,7 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
         let rows = layer.rows as f64;
         Some(match name {
             "gemm1+swiglu" | "wgrad_w13" | "dX_rows" => 2.0 * rows * (2 * i * h) as f64,
-            "gemm2" | "dA+swiglu_bwd" | "wgrad_w2" => 2.0 * rows * (h * i) as f64,
+            "gemm2" | "dA+swiglu_bwd" | "dA_raw" | "wgrad_w2" => 2.0 * rows * (h * i) as f64,
             _ => return None,
         })
     };
@@ -239,10 +239,12 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
 
     let mut results = Vec::new();
     let mut failures: Vec<String> = Vec::new();
-    let engines: &[(bool, bool)] = if kern.wgmma { &[(false, false), (true, false), (true, true)] } else { &[(false, false)] };
-    for &(wgmma, wgrad) in engines {
+    // (row GEMMs on wgmma, weight gradients on wgmma, weights read as stored)
+    let engines: &[(bool, bool, bool)] = if kern.wgmma { &[(false, false, false), (true, true, false), (true, true, true)] } else { &[(false, false, false)] };
+    for &(wgmma, wgrad, direct) in engines {
         layer.use_wgmma(wgmma).map_err(gpu_err)?;
         layer.use_wgmma_wgrad(wgrad).map_err(gpu_err)?;
+        layer.use_wgmma_direct(direct).map_err(gpu_err)?;
         let (fwd, both, failure) = measure(&mut layer, args, &ids, &w, (h, i, e, k))?;
         match failure {
             None => results.push((layer.engine(), fwd, both)),

@@ -26,7 +26,7 @@
 #define FG_THREADS 256
 #define FG_TILE_ELEMS (128 * 64)
 
-enum { EPI_STORE = 0, EPI_SWIGLU_FWD = 1, EPI_SWIGLU_BWD = 2 };
+enum { EPI_STORE = 0, EPI_SWIGLU_FWD = 1, EPI_SWIGLU_BWD = 2, EPI_STORE_F32 = 3 };
 
 // Everything a launch needs; passed by value. Pointers are device addresses.
 struct FastGemmParams {

@@ -48,6 +48,20 @@ __device__ __forceinline__ void wgmma_m64n256k16_tt(float* d, unsigned long long
         : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
+// A K-major, B MN-major (N-contiguous): the weights read as stored in the data-gradient GEMMs.
+__device__ __forceinline__ void wgmma_m64n256k16_bt(float* d, unsigned long long desc_a, unsigned long long desc_b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, p, 1, 1, 0, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
 __device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
     unsigned long long d = 0;
     d |= (unsigned long long)((addr & 0x3FFFF) >> 4);
@@ -72,7 +86,9 @@ __device__ __forceinline__ void wg_fence_acc(float* d) {
     for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-template <int EPI>
+// B_MN: B read N-contiguous (the weight as stored, [k][n] per expert) through MN-major descriptors, so the
+// data-gradient GEMMs need no transposed copy of the weights.
+template <int EPI, bool B_MN>
 __device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
     extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
     // 1024-byte alignment of the tiles (the host adds 1 KiB of slack to the dynamic size)
@@ -100,6 +116,16 @@ __device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
             long long src = ok ? (p.a_idx ? p.a_idx[m] : m) : 0;
             cp_async16(sA + 2 * swz<8>(line, ch), p.a + src * p.lda + (ok ? k : 0), ok);
         }
+        if (B_MN) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {  // B: 64 k lines x 256 n (4 blocks of 64), N-contiguous
+                int ci = tid + i * 256;
+                int line = ci >> 5, ch = ci & 31;
+                int k = k0 + line, n = n0 + ch * 8;
+                bool ok = k < k_end && n < p.n_dim;
+                cp_async16(sB + (ch >> 3) * 8192 + 2 * swz<8>(line, ch & 7), b_base + (ok ? (long long)k * p.ldb + n : 0), ok);
+            }
+        } else {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {  // B: 256 lines x 8 chunks
             int ci = tid + i * 256;
@@ -117,6 +143,7 @@ __device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
             }
             ok = ok && k < k_end;
             cp_async16(sB + 2 * swz<8>(line, ch), b_base + (ok ? (long long)nrow * p.ldb + k : 0), ok);
+        }
         }
     };
 
@@ -145,7 +172,10 @@ __device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 16; ++kk)
-            wgmma_m64n256k16(d, wg_desc(sA + wg * (64 * 128) + kk * 32), wg_desc(sB + kk * 32));
+            if (B_MN)
+                wgmma_m64n256k16_bt(d, wg_desc(sA + wg * (64 * 128) + kk * 32), wg_desc_mn(sB + kk * 2048));
+            else
+                wgmma_m64n256k16(d, wg_desc(sA + wg * (64 * 128) + kk * 32), wg_desc(sB + kk * 32));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
         wg_fence_acc(d);
@@ -171,6 +201,18 @@ __device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
                 } else if (n < p.n_dim) {
                     crow[n] = f32_to_bf16(v0);
                 }
+            }
+        }
+    } else if (EPI == EPI_STORE_F32) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            int m = m0 + r_in + hf * 8;
+            if (m >= m_end) continue;
+            float* crow = (float*)p.c + (long long)m * p.ldc;
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                int n = n0 + j * 8 + c_in;
+                if (n < p.n_dim) *(float2*)(crow + n) = make_float2(d[4 * j + 2 * hf], d[4 * j + 2 * hf + 1]);
             }
         }
     } else if (EPI == EPI_SWIGLU_FWD) {
@@ -336,9 +378,11 @@ __device__ __forceinline__ void wg_wgrad_body(const FastGemmParams& p) {
     }
 }
 #define WG_WGRAD_BODY wg_wgrad_body(p);
-#define WG_BODY(E) wg_gemm<E>(p);
+#define WG_BODY(E) wg_gemm<E, false>(p);
+#define WG_BODY_BMN(E) wg_gemm<E, true>(p);
 #else
 #define WG_BODY(E) __trap();
+#define WG_BODY_BMN(E) __trap();
 #define WG_WGRAD_BODY __trap();
 #endif
 
@@ -346,6 +390,50 @@ extern "C" __global__ void __launch_bounds__(256, 1) wg_gemm1_swiglu(const FastG
 extern "C" __global__ void __launch_bounds__(256, 1) wg_rows(const FastGemmParams p) { WG_BODY(EPI_STORE) }
 extern "C" __global__ void __launch_bounds__(256, 1) wg_dgrad_swiglu(const FastGemmParams p) { WG_BODY(EPI_SWIGLU_BWD) }
 extern "C" __global__ void __launch_bounds__(256, 1) wg_wgrad(const FastGemmParams p) { WG_WGRAD_BODY }
+// weights read as stored (N-contiguous B): dX rows (bf16) and dA_raw (f32, for fc_swiglu_bwd_rows)
+extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn(const FastGemmParams p) { WG_BODY_BMN(EPI_STORE) }
+extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn_f32(const FastGemmParams p) { WG_BODY_BMN(EPI_STORE_F32) }
+
+// SwiGLU backward on whole rows, one warp per row, from dA_raw = dY[token]·W2 (f32, unweighted): dA = w·dA_raw,
+// A recomputed from H exactly as the forward did, dH and A' = w·A stored in bf16, and the routing-weight
+// gradient's row sum <dA_raw, A> (each lane in column order, then a fixed butterfly) into ds_row[r].
+extern "C" __global__ void fc_swiglu_bwd_rows(const float* __restrict__ da_raw, const bf16_t* __restrict__ h,
+                                              const float* __restrict__ row_w, bf16_t* __restrict__ dh,
+                                              bf16_t* __restrict__ aw, float* __restrict__ ds_row, int rows,
+                                              int inter, float alpha, float clamp_limit) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    float w = row_w[r];
+    const float* drow = da_raw + (long long)r * inter;
+    const bf16_t* hrow = h + (long long)r * 2 * inter;
+    bf16_t* dhrow = dh + (long long)r * 2 * inter;
+    bf16_t* arow = aw + (long long)r * inter;
+    float rowdot = 0.0f;
+    for (int q = 2 * lane; q < inter; q += 64) {  // inter is even: pairs stay inside the row
+        float2 dv = *(const float2*)(drow + q);
+        unsigned gp = *(const unsigned*)(hrow + q), up = *(const unsigned*)(hrow + inter + q);
+        bf16_t dg[2], du[2], ap[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            float g = bf16_to_f32((bf16_t)(c ? gp >> 16 : gp & 0xffffu));
+            float u = bf16_to_f32((bf16_t)(c ? up >> 16 : up & 0xffffu));
+            float a = bf16_to_f32(f32_to_bf16(swiglu_f(g, u, alpha, clamp_limit)));
+            float d = c ? dv.y : dv.x;
+            rowdot = fmaf(d, a, rowdot);
+            float gg, uu;
+            swiglu_b(g, u, w * d, alpha, clamp_limit, gg, uu);
+            dg[c] = f32_to_bf16(gg);
+            du[c] = f32_to_bf16(uu);
+            ap[c] = f32_to_bf16(w * a);
+        }
+        *(unsigned*)(dhrow + q) = (unsigned)dg[0] | ((unsigned)dg[1] << 16);
+        *(unsigned*)(dhrow + inter + q) = (unsigned)du[0] | ((unsigned)du[1] << 16);
+        *(unsigned*)(arow + q) = (unsigned)ap[0] | ((unsigned)ap[1] << 16);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) rowdot += __shfl_xor_sync(0xffffffffu, rowdot, o);
+    if (lane == 0) ds_row[r] = rowdot;
+}
 
 // out[e][c][r] = in[e][r][c] for a batch of [rows][cols] bf16 matrices (rows, cols even), through a 64 x 64
 // tile in shared memory: each thread reads and writes bf16 pairs, so a warp moves 128 contiguous bytes.

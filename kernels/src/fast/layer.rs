@@ -199,6 +199,10 @@ pub struct FastLayer<'g> {
     w13t: CudaSlice<u16>,
     wgmma: bool,
     wgrad_wgmma: bool,
+    /// wgmma data gradients reading the weights as stored (MN-major B) and the SwiGLU backward as its own
+    /// row-wise kernel over dA_raw (f32), instead of transposed weights and the fused epilogue
+    direct: bool,
+    da_raw: CudaSlice<f32>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
 }
 
@@ -293,6 +297,8 @@ impl<'g> FastLayer<'g> {
             w13t: z16(if k.wgmma { e * 2 * id * hd } else { 1 })?,
             wgmma: k.wgmma,
             wgrad_wgmma: false,
+            direct: false,
+            da_raw: zeros(gpu, if k.wgmma { rows * id } else { 1 })?,
             profile: None,
         })
     }
@@ -356,7 +362,18 @@ impl<'g> FastLayer<'g> {
         self.wgmma = on;
         if !on {
             self.wgrad_wgmma = false;
+            self.direct = false;
         }
+        Ok(())
+    }
+
+    /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies), and the
+    /// SwiGLU backward as a row-wise kernel after an f32 dA_raw GEMM (Hopper only).
+    pub fn use_wgmma_direct(&mut self, on: bool) -> Result<(), GpuError> {
+        if on {
+            self.use_wgmma_wgrad(true)?;
+        }
+        self.direct = on;
         Ok(())
     }
 
@@ -374,10 +391,11 @@ impl<'g> FastLayer<'g> {
 
     /// Which engines the GEMMs use.
     pub fn engine(&self) -> &'static str {
-        match (self.wgmma, self.wgrad_wgmma) {
-            (false, _) => "mma.sync",
-            (true, false) => "wgmma rows, mma.sync wgrad",
-            (true, true) => "wgmma",
+        match (self.wgmma, self.wgrad_wgmma, self.direct) {
+            (false, _, _) => "mma.sync",
+            (true, false, _) => "wgmma rows (transposed weights), mma.sync wgrad",
+            (true, true, false) => "wgmma (transposed weights, fused dA epilogue)",
+            (true, true, true) => "wgmma (weights as stored, row-wise SwiGLU bwd)",
         }
     }
 
@@ -556,8 +574,14 @@ impl<'g> FastLayer<'g> {
     pub fn backward(&mut self) -> Result<(), GpuError> {
         let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
         let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
-        let n_tiles_i = if self.wgmma { id.div_ceil(WG_TILE_N) } else { id.div_ceil(TILE_N) };
-        if self.wgmma {
+        let n_tiles_i = if self.direct {
+            1
+        } else if self.wgmma {
+            id.div_ceil(WG_TILE_N)
+        } else {
+            id.div_ceil(TILE_N)
+        };
+        if self.wgmma && !self.direct {
             // K-major copies of the weights for the wgmma data-gradient GEMMs
             let (w2, w2t, w13, w13t) = (self.ptr(&self.w2), self.ptr(&self.w2t), self.ptr(&self.w13), self.ptr(&self.w13t));
             self.transpose("transpose_w2", w2, w2t, hd, id)?;
@@ -567,7 +591,7 @@ impl<'g> FastLayer<'g> {
         p.a = self.ptr(&self.dy);
         p.a_idx = self.ptr(&self.row_token);
         p.lda = hd as i64;
-        if self.wgmma {
+        if self.wgmma && !self.direct {
             p.b = self.ptr(&self.w2t);
             p.ldb = hd as i64;
         } else {
@@ -582,7 +606,27 @@ impl<'g> FastLayer<'g> {
         p.ds_part = self.ptr(&self.ds_part);
         p.n_dim = id as i32;
         p.k_dim = hd as i32;
-        if self.wgmma {
+        if self.direct {
+            p.c = self.ptr(&self.da_raw);
+            p.ldc = id as i64;
+            self.gemm("wg_rows_bmn_f32", "dA_raw", (id.div_ceil(WG_TILE_N), tiles, 1), p)?;
+            if self.rows > 0 {
+                let (rows_i, ii) = (self.rows as i32, id as i32);
+                let (alpha, limit) = (self.alpha, self.limit);
+                let cfg = LaunchConfig { grid_dim: (self.rows.div_ceil(8) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+                self.launch("swiglu_bwd_rows", |me| {
+                    // SAFETY: fc_swiglu_bwd_rows(const float*, const bf16*, const float*, bf16*, bf16*, float*, int,
+                    // int, float, float); da_raw rows x I, h and dh rows x 2I, aw rows x I, ds_part >= rows.
+                    unsafe {
+                        me.gpu.stream.launch_builder(me.k.f("fc_swiglu_bwd_rows"))
+                            .arg(&me.da_raw).arg(&me.h).arg(&me.row_w).arg(&me.dh).arg(&me.aw).arg(&me.ds_part)
+                            .arg(&rows_i).arg(&ii).arg(&alpha).arg(&limit)
+                            .launch(cfg)?
+                    };
+                    Ok(())
+                })?;
+            }
+        } else if self.wgmma {
             self.gemm("wg_dgrad_swiglu", "dA+swiglu_bwd", (n_tiles_i, tiles, 1), p)?;
         } else {
             self.gemm("fg_dgrad_swiglu", "dA+swiglu_bwd", (n_tiles_i, tiles, 1), p)?;
@@ -605,7 +649,11 @@ impl<'g> FastLayer<'g> {
         p.ldc = hd as i64;
         p.n_dim = hd as i32;
         p.k_dim = (2 * id) as i32;
-        if self.wgmma {
+        if self.direct {
+            p.b = self.ptr(&self.w13);
+            p.ldb = hd as i64;
+            self.gemm("wg_rows_bmn", "dX_rows", (hd.div_ceil(WG_TILE_N), tiles, 1), p)?;
+        } else if self.wgmma {
             p.b = self.ptr(&self.w13t);
             p.ldb = (2 * id) as i64;
             self.gemm("wg_rows", "dX_rows", (hd.div_ceil(WG_TILE_N), tiles, 1), p)?;
@@ -691,7 +739,7 @@ impl<'g> FastLayer<'g> {
         let b16 = |s: &CudaSlice<u16>| s.len() * 2;
         let b32 = |n: usize| n * 4;
         let work = b16(&self.h) + b16(&self.a) + b16(&self.o) + b16(&self.y) + b16(&self.dh) + b16(&self.aw) + b16(&self.dx_rows)
-            + b16(&self.w2t) + b16(&self.w13t)
+            + b16(&self.w2t) + b16(&self.w13t) + b32(self.da_raw.len())
             + b32(self.counts.len() + self.offsets.len() + self.tiles.len() + self.row_token.len() + self.row_slot.len() + self.row_w.len() + self.slot_row.len() + self.ds_part.len());
         let grads = b16(&self.grad_x) + b16(&self.grad_w13) + b16(&self.grad_w2) + b32(self.grad_tw.len());
         (work, grads)

@@ -11,11 +11,11 @@ const FILES: &[(&str, &str)] = &[
 /// GEMM entry points (each takes one `FastGemmParams` by value and 96 KiB+ of dynamic shared memory).
 pub const GEMMS: &[&str] = &["fg_gemm1_swiglu", "fg_rows_nt", "fg_rows_nn", "fg_dgrad_swiglu", "fg_wgrad"];
 /// Hopper (sm_90a) wgmma GEMMs (each takes one `FastGemmParams` and `WG_SMEM` bytes of dynamic shared memory).
-pub const WG_GEMMS: &[&str] = &["wg_gemm1_swiglu", "wg_rows", "wg_dgrad_swiglu", "wg_wgrad"];
+pub const WG_GEMMS: &[&str] = &["wg_gemm1_swiglu", "wg_rows", "wg_dgrad_swiglu", "wg_wgrad", "wg_rows_bmn", "wg_rows_bmn_f32"];
 /// Dynamic shared memory of the wgmma GEMMs: 4 stages of (128 + 256) x 64 bf16, plus 1 KiB to align to 1024.
 pub const WG_SMEM: usize = 4 * (128 + 256) * 64 * 2 + 1024;
 /// The other entry points.
-pub const OTHERS: &[&str] = &["fr_count", "fr_scan", "fr_fill", "fc_combine", "fc_slot_grad", "fc_fill_random", "fc_transpose"];
+pub const OTHERS: &[&str] = &["fr_count", "fr_scan", "fr_fill", "fc_combine", "fc_slot_grad", "fc_fill_random", "fc_transpose", "fc_swiglu_bwd_rows"];
 
 /// All fast kernels as one source, with the pipeline depth fixed at compile time.
 pub fn translation_unit(stages: usize) -> String {
