@@ -43,6 +43,10 @@ pub struct BenchGpuArgs {
     /// The PyTorch baseline script; when given it runs after the kernels, plain and with --compile.
     #[arg(long)]
     pub baseline: Option<PathBuf>,
+    /// Engines to run, comma-separated: mma (mma.sync everywhere), wgmma-t (wgmma with transposed weights and
+    /// the fused dA epilogue), wgmma (wgmma reading the weights as stored); wgmma ones need sm_90a.
+    #[arg(long, default_value = "mma,wgmma-t,wgmma")]
+    pub engines: String,
     /// Random seed of the inputs.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -240,8 +244,22 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     let mut results = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     // (row GEMMs on wgmma, weight gradients on wgmma, weights read as stored)
-    let engines: &[(bool, bool, bool)] = if kern.wgmma { &[(false, false, false), (true, true, false), (true, true, true)] } else { &[(false, false, false)] };
-    for &(wgmma, wgrad, direct) in engines {
+    let mut engines: Vec<(bool, bool, bool)> = Vec::new();
+    for name in args.engines.split(',').map(str::trim) {
+        engines.push(match name {
+            "mma" => (false, false, false),
+            "wgmma-t" => (true, true, false),
+            "wgmma" => (true, true, true),
+            _ => return Err(fail(format!("unknown engine {name:?} (mma, wgmma-t, wgmma)"))),
+        });
+    }
+    if !kern.wgmma {
+        engines.retain(|e| !e.0);
+        if engines.is_empty() {
+            return Err(fail(format!("the wgmma engines need an sm_90a GPU; this one compiles for {}", kern.arch)));
+        }
+    }
+    for &(wgmma, wgrad, direct) in &engines {
         layer.use_wgmma(wgmma).map_err(gpu_err)?;
         layer.use_wgmma_wgrad(wgrad).map_err(gpu_err)?;
         layer.use_wgmma_direct(direct).map_err(gpu_err)?;
