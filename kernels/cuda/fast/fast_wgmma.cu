@@ -1,13 +1,19 @@
-// Hopper path of the row GEMMs: wgmma (sm_90a) with both operands K-major in shared memory, 128-byte swizzle,
-// fed by a 4-stage cp.async pipeline (gathered rows, as in fast_gemm.cu). Block tile 128 x 256 x 64: two
-// warpgroups, each issuing m64n256k16 on its 64 rows. Used for GEMM1 (+ SwiGLU), GEMM2, and in backward for
-// dA (+ SwiGLU backward) and dX with the weights transposed once per backward (fc_transpose), so every operand
-// here is K-major. The weight-gradient GEMMs stay on fast_gemm.cu's mma.sync kernel.
+// Hopper path: wgmma (sm_90a) from shared memory with 128-byte swizzle, fed by a 4-stage cp.async pipeline
+// (rows gathered by index, as in fast_gemm.cu). Block tile 128 x 256 x 64: two warpgroups, each issuing
+// m64n256k16 on its 64 rows; one commit group kept in flight.
+//   wg_gemm1_swiglu, wg_rows: A and B K-major (GEMM1 + SwiGLU, GEMM2; dX with transposed weights)
+//   wg_dgrad_swiglu: dA with the SwiGLU backward fused in the epilogue (transposed W2)
+//   wg_rows_bmn(_f32): B MN-major, i.e. the weights read as stored: dX rows, and dA_raw in f32 for the
+//                     row-wise fc_swiglu_bwd_rows (the default backward: no transposed copies, and the
+//                     SwiGLU backward outside the GEMM, where it measured 4x faster than in the epilogue)
+//   wg_wgrad: both operands MN-major, the weight gradients over each expert's rows
 //
-// Shared-memory tiles use the layout of fast_gemm.cu's K-major tiles (64 bf16 = 128 bytes per line, 16-byte
-// chunk index XOR line % 8), which is exactly wgmma's 128-byte-swizzle K-major canonical layout when each tile
-// starts on a 1024-byte boundary: 8-line groups 1024 bytes apart (the descriptor's stride offset), and the
-// k16 steps inside a line reached by advancing the start address 32 bytes.
+// K-major tiles: 64 bf16 = 128 bytes per line, 16-byte chunk index XOR line % 8 (fast_gemm.cu's layout),
+// exactly wgmma's 128-byte-swizzle K-major canonical layout when each tile starts on a 1024-byte boundary:
+// 8-line groups 1024 bytes apart (the descriptor's stride offset), k16 steps 32 bytes apart in the line.
+// MN-major tiles: blocks of 64 M/N elements x 64 k lines in the same swizzled lines; k lines 128 bytes apart,
+// 8-line groups 1024 bytes apart (stride offset), 64-element blocks 8192 bytes apart (leading offset), k16
+// steps 2048 bytes apart.
 // Needs FastGemmParams, EPI_*, swiglu_f/_b, cp_async16, smem_u32 from fast_gemm.cu (same translation unit).
 
 #define WG_BM 128
@@ -127,7 +133,7 @@ __device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
             }
         } else {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {  // B: 256 lines x 8 chunks
+        for (int i = 0; i < 8; ++i) {  // B: 256 lines x 8 chunks, K-contiguous
             int ci = tid + i * 256;
             int line = ci >> 3, ch = ci & 7;
             int k = k0 + ch * 8;

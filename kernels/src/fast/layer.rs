@@ -293,11 +293,13 @@ impl<'g> FastLayer<'g> {
             grad_w13: z16(e * 2 * id * hd)?,
             grad_w2: z16(e * hd * id)?,
             grad_tw: zeros(gpu, t * kk)?,
-            w2t: z16(if k.wgmma { e * hd * id } else { 1 })?,
-            w13t: z16(if k.wgmma { e * 2 * id * hd } else { 1 })?,
+            // allocated on first use by the transposed-weights engine
+            w2t: z16(1)?,
+            w13t: z16(1)?,
+            // the fastest engine the GPU has (measured: BENCHMARKS numbers in the bench-gpu output)
             wgmma: k.wgmma,
-            wgrad_wgmma: false,
-            direct: false,
+            wgrad_wgmma: k.wgmma,
+            direct: k.wgmma,
             da_raw: zeros(gpu, if k.wgmma { rows * id } else { 1 })?,
             profile: None,
         })
@@ -583,6 +585,10 @@ impl<'g> FastLayer<'g> {
         };
         if self.wgmma && !self.direct {
             // K-major copies of the weights for the wgmma data-gradient GEMMs
+            if self.w2t.len() < e * hd * id {
+                self.w2t = zeros(self.gpu, e * hd * id)?;
+                self.w13t = zeros(self.gpu, e * 2 * id * hd)?;
+            }
             let (w2, w2t, w13, w13t) = (self.ptr(&self.w2), self.ptr(&self.w2t), self.ptr(&self.w13), self.ptr(&self.w13t));
             self.transpose("transpose_w2", w2, w2t, hd, id)?;
             self.transpose("transpose_w13", w13, w13t, 2 * id, hd)?;
