@@ -230,6 +230,15 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     if t == 0 {
         return Err(fail("--tokens must be positive".into()));
     }
+    let mut engines: Vec<(bool, bool, bool)> = Vec::new();
+    for name in args.engines.split(',').map(str::trim) {
+        engines.push(match name {
+            "mma" => (false, false, false),
+            "wgmma-t" => (true, true, false),
+            "wgmma" => (true, true, true),
+            _ => return Err(fail(format!("unknown engine {name:?} (mma, wgmma-t, wgmma)"))),
+        });
+    }
     let gpu = Gpu::open(0).map_err(gpu_err)?;
     let kern = FastKernels::load(&gpu, args.stages).map_err(gpu_err)?;
     println!("GPU: {} ({}), fast kernels: wgmma row GEMMs {}, mma.sync ({} cp.async stages)", gpu.name, kern.arch, if kern.wgmma { "available" } else { "unavailable" }, kern.stages);
@@ -244,15 +253,6 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     let mut results = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     // (row GEMMs on wgmma, weight gradients on wgmma, weights read as stored)
-    let mut engines: Vec<(bool, bool, bool)> = Vec::new();
-    for name in args.engines.split(',').map(str::trim) {
-        engines.push(match name {
-            "mma" => (false, false, false),
-            "wgmma-t" => (true, true, false),
-            "wgmma" => (true, true, true),
-            _ => return Err(fail(format!("unknown engine {name:?} (mma, wgmma-t, wgmma)"))),
-        });
-    }
     if !kern.wgmma {
         engines.retain(|e| !e.0);
         if engines.is_empty() {
@@ -292,4 +292,48 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
         return Err(fail(failures.join("; ")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(preset: &str, tokens: usize, engines: &str) -> BenchGpuArgs {
+        BenchGpuArgs { preset: preset.into(), tokens, check_tokens: 1, check_wgrad: 1, reps: 1, stages: 3, baseline: None, engines: engines.into(), seed: 1 }
+    }
+
+    #[test]
+    fn bad_arguments_are_errors_before_any_gpu_work() {
+        for (a, what) in [(args("gpt-9", 16, "mma"), "unknown preset"), (args("qwen3-30b-a3b", 0, "mma"), "--tokens"), (args("qwen3-30b-a3b", 16, "mma,tpu"), "unknown engine")] {
+            match run(&a) {
+                Ok(()) => panic!("{what}: accepted"),
+                Err(e) => assert!(e.to_string().contains(what), "{what}: got {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn host_routing_is_a_renormalised_top_k_of_the_softmax() {
+        let (t, h, e, k) = (64, 32, 16, 4);
+        let x = uniform_bits(t * h, 1.0, 5);
+        let wr = uniform_bits(e * h, 0.2, 6);
+        let (ids, w) = route(&x, &wr, t, h, e, k);
+        let xf: Vec<f64> = x.iter().map(|&b| bf16::from_bits(b).to_f64()).collect();
+        let wf: Vec<f64> = wr.iter().map(|&b| bf16::from_bits(b).to_f64()).collect();
+        for tok in 0..t {
+            let sel = &ids[tok * k..(tok + 1) * k];
+            let ws = &w[tok * k..(tok + 1) * k];
+            assert!((ws.iter().sum::<f32>() - 1.0).abs() < 1e-5, "weights of token {tok} sum to 1");
+            let logit = |ex: usize| (0..h).map(|c| xf[tok * h + c] * wf[ex * h + c]).sum::<f64>();
+            let lowest = sel.iter().map(|&s| logit(s as usize)).fold(f64::INFINITY, f64::min);
+            for ex in 0..e {
+                if !sel.contains(&(ex as i32)) {
+                    assert!(logit(ex) <= lowest + 1e-4, "token {tok}: expert {ex} outranks a selected one");
+                }
+            }
+            for j in 1..k {
+                assert!(ws[j] <= ws[j - 1] && !sel[..j].contains(&sel[j]), "token {tok}: slots in decreasing weight, distinct");
+            }
+        }
+    }
 }

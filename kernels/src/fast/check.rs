@@ -254,3 +254,164 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
     }
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The checker must pass a trace that is each stage's exact value rounded once to its storage, and must
+    //! fail when any one stage is off by a few units in its last place. Runs without a GPU.
+    use super::*;
+    use moe_reference::dispatch::RowMap;
+
+    fn b(v: f64) -> u16 {
+        half::bf16::from_f64(v).to_bits()
+    }
+
+    /// (case inputs as bits, routing, and a trace built from exact values, each rounded once)
+    #[allow(clippy::type_complexity)]
+    fn exact_trace() -> (FastDims, Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>, Vec<i32>, Vec<f32>, FastTrace) {
+        let (t_n, hd, id, e_n, kk) = (6, 16, 8, 4, 2);
+        let (_cfg, x, w13, w2, mut ids, w) = crate::check::case(3, t_n, hd, id, e_n, kk, Activation::Swiglu, 0.0);
+        ids[[1, 1]] = -1; // one unused slot
+        // leave expert 3 without rows
+        for v in ids.iter_mut() {
+            if *v == 3 {
+                *v = -1;
+            }
+        }
+        let mut g = crate::check::Gen(99);
+        let dy: Vec<f64> = (0..t_n * hd).map(|_| g.bf16(0.5)).collect();
+        let map = RowMap::build(ids.view(), e_n);
+        let m = map.rows();
+        let row_expert: Vec<usize> = (0..m).map(|r| map.expert_offsets.partition_point(|&o| o <= r) - 1).collect();
+        let bf = |u: u16| half::bf16::from_bits(u).to_f64();
+        let (mut h, mut a, mut o, mut dh, mut aw, mut dxr) = (vec![0u16; m * 2 * id], vec![0u16; m * id], vec![0u16; m * hd], vec![0u16; m * 2 * id], vec![0u16; m * id], vec![0u16; m * hd]);
+        let mut ds = vec![0f32; t_n * kk];
+        for r in 0..m {
+            let (e, t, j) = (row_expert[r], map.row_token[r], map.row_slot[r]);
+            let wt = w[[t, j]] as f64;
+            for n in 0..2 * id {
+                h[r * 2 * id + n] = b(exact::dot((0..hd).map(|c| (x[[t, c]], w13[[e, n, c]]))));
+            }
+            for q in 0..id {
+                let (gv, uv) = (bf(h[r * 2 * id + q]), bf(h[r * 2 * id + id + q]));
+                a[r * id + q] = b(act::forward(Activation::Swiglu, gv, uv));
+                let dq = exact::dot((0..hd).map(|c| (dy[t * hd + c], w2[[e, c, q]])));
+                let (dg, du) = act::backward(Activation::Swiglu, gv, uv, wt * dq);
+                dh[r * 2 * id + q] = b(dg);
+                dh[r * 2 * id + id + q] = b(du);
+                aw[r * id + q] = b(wt * bf(a[r * id + q]));
+            }
+            for n in 0..hd {
+                o[r * hd + n] = b(exact::dot((0..id).map(|q| (bf(a[r * id + q]), w2[[e, n, q]]))));
+                dxr[r * hd + n] = b(exact::dot((0..2 * id).map(|c| (bf(dh[r * 2 * id + c]), w13[[e, c, n]]))));
+            }
+            let pairs = (0..id).flat_map(|q| (0..hd).map(move |c| (q, c)));
+            ds[t * kk + j] = exact::dot(pairs.map(|(q, c)| (dy[t * hd + c] * w2[[e, c, q]], bf(a[r * id + q])))) as f32;
+        }
+        let (mut y, mut gx) = (vec![0u16; t_n * hd], vec![0u16; t_n * hd]);
+        for t in 0..t_n {
+            let rows: Vec<(usize, usize)> = (0..kk).filter_map(|j| map.slot_row[t * kk + j].map(|r| (j, r))).collect();
+            for n in 0..hd {
+                y[t * hd + n] = b(exact::dot(rows.iter().map(|&(j, r)| (w[[t, j]] as f64, bf(o[r * hd + n])))));
+                gx[t * hd + n] = b(exact::sum(rows.iter().map(|&(_, r)| bf(dxr[r * hd + n]))));
+            }
+        }
+        let (mut gw13, mut gw2) = (vec![0u16; e_n * 2 * id * hd], vec![0u16; e_n * hd * id]);
+        for e in 0..e_n {
+            for p in 0..2 * id {
+                for q in 0..hd {
+                    gw13[(e * 2 * id + p) * hd + q] = b(exact::dot(map.expert_rows(e).map(|r| (bf(dh[r * 2 * id + p]), x[[map.row_token[r], q]]))));
+                }
+            }
+            for p in 0..hd {
+                for q in 0..id {
+                    gw2[(e * hd + p) * id + q] = b(exact::dot(map.expert_rows(e).map(|r| (dy[map.row_token[r] * hd + p], bf(aw[r * id + q])))));
+                }
+            }
+        }
+        let i32s = |v: &[usize]| v.iter().map(|&u| u as i32).collect::<Vec<_>>();
+        let trace = FastTrace {
+            row_token: i32s(&map.row_token),
+            row_slot: i32s(&map.row_slot),
+            offsets: i32s(&map.expert_offsets),
+            slot_row: map.slot_row.iter().map(|r| r.map_or(-1, |r| r as i32)).collect(),
+            h,
+            a,
+            o,
+            y,
+            dh,
+            aw,
+            dx_rows: dxr,
+            grad_x: gx,
+            grad_w13: gw13,
+            grad_w2: gw2,
+            grad_topk_weights: ds,
+        };
+        let dims = FastDims { tokens: t_n, hidden: hd, inter: id, experts: e_n, top_k: kk };
+        let bits = |v: &[f64]| v.iter().map(|&f| b(f)).collect::<Vec<_>>();
+        (dims, bits(x.as_slice().unwrap()), bits(w13.as_slice().unwrap()), bits(w2.as_slice().unwrap()), bits(&dy), ids.iter().copied().collect(), w.iter().copied().collect(), trace)
+    }
+
+    #[test]
+    fn exact_values_pass_and_each_corrupted_stage_fails() {
+        let (dims, x, w13, w2, dy, ids, w, trace) = exact_trace();
+        let case = HostCase { dims, act: Activation::Swiglu, x: &x, w13: &w13, w2: &w2, dy: &dy, ids: &ids, weights: &w };
+        let scope = Scope { tokens: (0..dims.tokens).collect(), wgrad_samples: None, threads: 2 };
+        let report = check(&case, &trace, &scope).expect("the exact trace passes");
+        assert!(report.worst <= 1.0 && report.elements > 0);
+        // a few ulps off in one element of each stage, or a wrong exact zero: each must be caught by name
+        type Corrupt = fn(&mut FastTrace);
+        let corruptions: [(&str, Corrupt); 11] = [
+            ("fwd.h", |t| t.h[3] = t.h[3].wrapping_add(4)),
+            ("fwd.a", |t| t.a[2] = t.a[2].wrapping_add(4)),
+            ("fwd.o", |t| t.o[5] = t.o[5].wrapping_add(4)),
+            ("bwd.dh", |t| t.dh[1] = t.dh[1].wrapping_add(4)),
+            ("a_weighted", |t| t.aw[0] = t.aw[0].wrapping_add(4)),
+            ("bwd.dx_rows", |t| t.dx_rows[7] = t.dx_rows[7].wrapping_add(4)),
+            ("y", |t| t.y[9] = t.y[9].wrapping_add(4)),
+            ("grad.x", |t| t.grad_x[4] = t.grad_x[4].wrapping_add(4)),
+            ("grad.topk_weights", |t| {
+                // 5% on the first used slot: its bound is relative to Σ|terms|, not to the value
+                if let Some(v) = t.grad_topk_weights.iter_mut().find(|v| **v != 0.0) {
+                    *v *= 1.05;
+                }
+            }),
+            ("grad.w13", |t| t.grad_w13[17] = t.grad_w13[17].wrapping_add(4)),
+            ("no rows", |t| {
+                let n = t.grad_w2.len();
+                t.grad_w2[n - 1] = 0x3f80; // expert 3 has no rows: its gradient must stay +0
+            }),
+        ];
+        for (stage, corrupt) in corruptions {
+            let mut bad = clone_trace(&trace);
+            corrupt(&mut bad);
+            match check(&case, &bad, &scope) {
+                Ok(r) => panic!("a corrupted {stage} passed (worst {:.3})", r.worst),
+                Err(msg) => assert!(msg.contains(stage), "corrupted {stage}, but the message names another stage: {msg}"),
+            }
+        }
+        let mut bad = clone_trace(&trace);
+        bad.row_token.swap(0, 1);
+        assert!(check(&case, &bad, &scope).is_err(), "a wrong row order must fail");
+    }
+
+    fn clone_trace(t: &FastTrace) -> FastTrace {
+        FastTrace {
+            row_token: t.row_token.clone(),
+            row_slot: t.row_slot.clone(),
+            offsets: t.offsets.clone(),
+            slot_row: t.slot_row.clone(),
+            h: t.h.clone(),
+            a: t.a.clone(),
+            o: t.o.clone(),
+            y: t.y.clone(),
+            dh: t.dh.clone(),
+            aw: t.aw.clone(),
+            dx_rows: t.dx_rows.clone(),
+            grad_x: t.grad_x.clone(),
+            grad_w13: t.grad_w13.clone(),
+            grad_w2: t.grad_w2.clone(),
+            grad_topk_weights: t.grad_topk_weights.clone(),
+        }
+    }
+}
