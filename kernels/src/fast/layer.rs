@@ -131,6 +131,9 @@ struct GemmParams {
 // SAFETY: plain old data with the C layout of FastGemmParams (pointers as u64, then i64s, i32s, f32s).
 unsafe impl DeviceRepr for GemmParams {}
 
+/// The layer's inputs as bf16 bits: x, W13, W2, dY.
+pub type Inputs = (Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>);
+
 /// One kernel's time from a profiled pass.
 #[derive(Clone, Debug)]
 pub struct KernelTime {
@@ -781,8 +784,8 @@ impl<'g> FastLayer<'g> {
         })
     }
 
-    /// Download the inputs (bf16 bits), e.g. after `fill_random`, for the checker.
-    pub fn inputs(&self) -> Result<(Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>), GpuError> {
+    /// Download the inputs (bf16 bits) x, W13, W2, dY, e.g. after `fill_random`, for the checker.
+    pub fn inputs(&self) -> Result<Inputs, GpuError> {
         let s = &self.gpu.stream;
         s.synchronize()?;
         let FastDims { tokens: t, hidden: hd, inter: id, experts: e, .. } = self.dims;
