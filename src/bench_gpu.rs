@@ -37,7 +37,7 @@ pub struct BenchGpuArgs {
     /// Timed repetitions (the median is reported).
     #[arg(long, default_value_t = 20)]
     pub reps: usize,
-    /// cp.async pipeline depth of the GEMMs (2, 3 or 4).
+    /// cp.async pipeline depth of the mma.sync GEMMs (2, 3 or 4; the wgmma ones use 4).
     #[arg(long, default_value_t = 3)]
     pub stages: usize,
     /// The PyTorch baseline script; when given it runs after the kernels, plain and with --compile.
