@@ -801,3 +801,27 @@ impl<'g> FastLayer<'g> {
 fn zeros<T: DeviceRepr + ValidAsZeroBits>(gpu: &Gpu, n: usize) -> Result<CudaSlice<T>, GpuError> {
     Ok(gpu.stream.alloc_zeros::<T>(n.max(1))?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemm_params_have_the_c_layout() {
+        // FastGemmParams: 12 pointers, 5 long longs, 4 ints, 2 floats, no padding
+        assert_eq!(std::mem::size_of::<GemmParams>(), 12 * 8 + 5 * 8 + 4 * 4 + 2 * 4);
+        assert_eq!(std::mem::align_of::<GemmParams>(), 8);
+    }
+
+    #[test]
+    fn routing_ids_are_validated_on_the_host() {
+        assert_eq!(validate_ids(&[0, 1, -1, 2], 2, 3).unwrap(), 3);
+        assert_eq!(validate_ids(&[], 2, 3).unwrap(), 0);
+        for (ids, what) in [(&[0, 3][..], "is not -1 or an expert"), (&[1, 1][..], "twice"), (&[0, -2][..], "is not -1 or an expert")] {
+            match validate_ids(ids, 2, 3) {
+                Err(GpuError::Input(m)) => assert!(m.contains(what), "{m}"),
+                other => panic!("{ids:?}: expected an input error, got {:?}", other.map_err(|e| e.to_string())),
+            }
+        }
+    }
+}

@@ -32,3 +32,20 @@ pub fn translation_unit(stages: usize) -> String {
     }
     src
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_loaded_entry_point_is_defined_once_in_the_translation_unit() {
+        let src = translation_unit(3);
+        for name in GEMMS.iter().chain(WG_GEMMS).chain(OTHERS) {
+            let defs = src.matches(&format!(" void {name}(")).count() + src.matches(&format!(") {name}(")).count();
+            assert_eq!(defs, 1, "{name} must be defined exactly once as a kernel");
+            assert!(src.contains(&format!("extern \"C\" __global__ void")), "kernels are extern \"C\"");
+        }
+        assert!(src.starts_with("#define FG_STAGES 3\n"));
+        assert!(!src.contains("#include \"bf16.cuh\""), "the header is inlined, not included");
+    }
+}
