@@ -21,7 +21,9 @@
 //! to the caller.
 
 pub mod check;
+mod kernels;
 mod layer;
 mod source;
 
-pub use layer::{FastDims, FastKernels, FastLayer, FastTrace, KernelTime};
+pub use kernels::FastKernels;
+pub use layer::{FastDims, FastLayer, FastTrace, Inputs, KernelTime};
