@@ -60,6 +60,9 @@ pub enum Command {
     /// Localise a mismatch: replay each stage from the candidate's own inputs, name the first bad stage,
     /// blame experts, tokens and features, and recognise common bug patterns.
     Diagnose(crate::diagnose::DiagnoseArgs),
+    /// Time the fast fused GPU kernels at a model's shape (forward, forward+backward, per kernel), check the
+    /// same run against the oracle on a token subset, and optionally run the PyTorch baseline beside them.
+    BenchGpu(crate::bench_gpu::BenchGpuArgs),
 }
 
 #[derive(Debug, Args)]
@@ -529,6 +532,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Golden(args) => crate::golden::run_cli(args),
         Command::Check(args) => crate::check::run(args),
         Command::Diagnose(args) => crate::diagnose::run(args),
+        Command::BenchGpu(args) => crate::bench_gpu::run(args),
     }
 }
 

@@ -5,6 +5,7 @@
 //! - [`cli`]: the `moe-oracle` command line (`run`, `demo`).
 //! - [`demo`]: the built-in demo case and a tiny seeded generator.
 
+pub mod bench_gpu;
 pub mod case;
 pub mod check;
 pub mod cli;

@@ -1,0 +1,85 @@
+// Routing to rows for the fast path, deterministic and parallel: the slots are cut into chunks of FR_CHUNK;
+// (1) each chunk counts its slots per expert, (2) one block turns the counts into expert offsets, each
+// (chunk, expert)'s first row, and the GEMM tile list, (3) each chunk writes its rows. A row's position is
+// fixed by (expert, token, slot) order, as in the reference, so no atomics are needed anywhere.
+// Ids are validated on the host (-1 or an expert, no repeats within a token).
+#define FR_CHUNK 256
+#define FR_TILE_M 128
+
+extern "C" __global__ void fr_count(const int* __restrict__ ids, int slots, int experts, int* __restrict__ counts) {
+    __shared__ int s_ids[FR_CHUNK];
+    int c = blockIdx.x, first = c * FR_CHUNK;
+    int n = min(FR_CHUNK, slots - first);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s_ids[i] = ids[first + i];
+    __syncthreads();
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+        int k = 0;
+        for (int i = 0; i < n; ++i) k += s_ids[i] == e;
+        counts[(long long)c * experts + e] = k;
+    }
+}
+
+// One block. counts [chunks][E] becomes each chunk's first row per expert (in place); offsets [E + 1];
+// tiles [i] = (expert, first row, end row) of 128-row tiles, expert by expert; tile_count.
+extern "C" __global__ void fr_scan(int* __restrict__ counts, int chunks, int experts, int* __restrict__ offsets,
+                                   int* __restrict__ tiles, int* __restrict__ tile_count) {
+    extern __shared__ int s_tot[];  // [2 * E]: totals, then tile starts
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+        int run = 0;
+        for (int c = 0; c < chunks; ++c) {
+            int k = counts[(long long)c * experts + e];
+            counts[(long long)c * experts + e] = run;
+            run += k;
+        }
+        s_tot[e] = run;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int off = 0, t = 0;
+        for (int e = 0; e < experts; ++e) {
+            int k = s_tot[e];
+            offsets[e] = off;
+            s_tot[experts + e] = t;
+            off += k;
+            t += (k + FR_TILE_M - 1) / FR_TILE_M;
+        }
+        offsets[experts] = off;
+        *tile_count = t;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+        int start = offsets[e], end = start + s_tot[e], t = s_tot[experts + e];
+        for (int r = start; r < end; r += FR_TILE_M, ++t) {
+            tiles[3 * t] = e;
+            tiles[3 * t + 1] = r;
+            tiles[3 * t + 2] = min(r + FR_TILE_M, end);
+        }
+    }
+}
+
+extern "C" __global__ void fr_fill(const int* __restrict__ ids, const float* __restrict__ weights, int slots,
+                                   int top_k, int experts, const int* __restrict__ chunk_base,
+                                   const int* __restrict__ offsets, int* __restrict__ row_token,
+                                   int* __restrict__ row_slot, float* __restrict__ row_w, int* __restrict__ slot_row) {
+    __shared__ int s_ids[FR_CHUNK];
+    int c = blockIdx.x, first = c * FR_CHUNK;
+    int n = min(FR_CHUNK, slots - first);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        int id = ids[first + i];
+        s_ids[i] = id;
+        if (id < 0) slot_row[first + i] = -1;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+        int r = offsets[e] + chunk_base[(long long)c * experts + e];
+        for (int i = 0; i < n; ++i) {
+            if (s_ids[i] != e) continue;
+            int s = first + i;
+            row_token[r] = s / top_k;
+            row_slot[r] = s % top_k;
+            row_w[r] = weights[s];
+            slot_row[s] = r;
+            ++r;
+        }
+    }
+}

@@ -1,0 +1,756 @@
+//! Host side of the fast path: the layer's device buffers, and the launches of forward and backward
+//! (optionally timed kernel by kernel with CUDA events).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaEvent, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use moe_reference::config::Activation;
+
+use super::source;
+use super::FastKernels;
+use crate::{Gpu, GpuError};
+
+/// Rows per GEMM tile (the kernels' FG_BM / FR_TILE_M).
+const TILE_M: usize = 128;
+/// Columns per GEMM tile (FG_BN).
+const TILE_N: usize = 128;
+/// Columns per wgmma GEMM tile (WG_BN).
+const WG_TILE_N: usize = 256;
+/// Slots per routing chunk (FR_CHUNK).
+const ROUTE_CHUNK: usize = 256;
+
+/// Layer shape.
+#[derive(Clone, Copy, Debug)]
+pub struct FastDims {
+    pub tokens: usize,
+    pub hidden: usize,
+    pub inter: usize,
+    pub experts: usize,
+    pub top_k: usize,
+}
+
+/// Mirrors `FastGemmParams` in `cuda/fast/fast_gemm.cu` field for field.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct GemmParams {
+    a: u64,
+    a_idx: u64,
+    b: u64,
+    b_idx: u64,
+    c: u64,
+    c2: u64,
+    h: u64,
+    row_w: u64,
+    ds_part: u64,
+    tiles: u64,
+    tile_count: u64,
+    offsets: u64,
+    lda: i64,
+    ldb: i64,
+    ldc: i64,
+    b_estride: i64,
+    c_estride: i64,
+    m_dim: i32,
+    n_dim: i32,
+    k_dim: i32,
+    inter: i32,
+    alpha: f32,
+    clamp_limit: f32,
+}
+// SAFETY: plain old data with the C layout of FastGemmParams (pointers as u64, then i64s, i32s, f32s).
+unsafe impl DeviceRepr for GemmParams {}
+
+/// The layer's inputs as bf16 bits: x, W13, W2, dY.
+pub type Inputs = (Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>);
+
+/// One kernel's time from a profiled pass.
+#[derive(Clone, Debug)]
+pub struct KernelTime {
+    pub name: &'static str,
+    pub ms: f32,
+}
+
+/// Everything the layer wrote, downloaded (bf16 tensors as raw bits), for the checker.
+pub struct FastTrace {
+    pub row_token: Vec<i32>,
+    pub row_slot: Vec<i32>,
+    pub offsets: Vec<i32>,
+    pub slot_row: Vec<i32>,
+    pub h: Vec<u16>,
+    pub a: Vec<u16>,
+    pub o: Vec<u16>,
+    pub y: Vec<u16>,
+    pub dh: Vec<u16>,
+    /// A' = w·A, the dW2 operand
+    pub aw: Vec<u16>,
+    pub dx_rows: Vec<u16>,
+    pub grad_x: Vec<u16>,
+    pub grad_w13: Vec<u16>,
+    pub grad_w2: Vec<u16>,
+    pub grad_topk_weights: Vec<f32>,
+}
+
+/// The layer's device buffers for one shape and routing, and its launches.
+pub struct FastLayer<'g> {
+    gpu: &'g Gpu,
+    k: &'g FastKernels,
+    pub dims: FastDims,
+    /// dispatched rows (slots that are not -1)
+    pub rows: usize,
+    alpha: f32,
+    limit: f32,
+    max_tiles: usize,
+    pub x: CudaSlice<u16>,
+    pub w13: CudaSlice<u16>,
+    pub w2: CudaSlice<u16>,
+    pub dy: CudaSlice<u16>,
+    ids: CudaSlice<i32>,
+    weights: CudaSlice<f32>,
+    counts: CudaSlice<i32>,
+    offsets: CudaSlice<i32>,
+    tiles: CudaSlice<i32>,
+    tile_count: CudaSlice<i32>,
+    row_token: CudaSlice<i32>,
+    row_slot: CudaSlice<i32>,
+    row_w: CudaSlice<f32>,
+    slot_row: CudaSlice<i32>,
+    h: CudaSlice<u16>,
+    a: CudaSlice<u16>,
+    o: CudaSlice<u16>,
+    y: CudaSlice<u16>,
+    dh: CudaSlice<u16>,
+    aw: CudaSlice<u16>,
+    ds_part: CudaSlice<f32>,
+    dx_rows: CudaSlice<u16>,
+    grad_x: CudaSlice<u16>,
+    grad_w13: CudaSlice<u16>,
+    grad_w2: CudaSlice<u16>,
+    grad_tw: CudaSlice<f32>,
+    /// W2 and W13 transposed per expert ([E, I, H], [E, H, 2I]) for the wgmma backward's K-major operands
+    w2t: CudaSlice<u16>,
+    w13t: CudaSlice<u16>,
+    wgmma: bool,
+    wgrad_wgmma: bool,
+    /// wgmma data gradients reading the weights as stored (MN-major B) and the SwiGLU backward as its own
+    /// row-wise kernel over dA_raw (f32), instead of transposed weights and the fused epilogue
+    direct: bool,
+    da_raw: CudaSlice<f32>,
+    profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
+}
+
+fn i32_of(n: usize, what: &str) -> Result<i32, GpuError> {
+    i32::try_from(n).map_err(|_| GpuError::Input(format!("{what} = {n} does not fit an i32")))
+}
+
+/// Check the routing ids on the host: -1 or an expert, no expert twice in one token. Returns the row count.
+fn validate_ids(ids: &[i32], k: usize, e: usize) -> Result<usize, GpuError> {
+    let mut rows = 0;
+    for (tok, row) in ids.chunks(k.max(1)).enumerate() {
+        for (j, &id) in row.iter().enumerate() {
+            if id < -1 || id >= e as i32 {
+                return Err(GpuError::Input(format!("topk_ids[{tok}, {j}] = {id} is not -1 or an expert in 0..{e}")));
+            }
+            if id >= 0 {
+                if row[..j].contains(&id) {
+                    return Err(GpuError::Input(format!("topk_ids: token {tok} names expert {id} twice")));
+                }
+                rows += 1;
+            }
+        }
+    }
+    Ok(rows)
+}
+
+impl<'g> FastLayer<'g> {
+    /// Buffers for `dims` with the routing given (`ids`, `weights`: [T, k], -1 for unused slots). Inputs start
+    /// as zeros: set them with [`FastLayer::upload`] or [`FastLayer::fill_random`].
+    pub fn new(gpu: &'g Gpu, k: &'g FastKernels, dims: FastDims, act: Activation, ids: &[i32], weights: &[f32]) -> Result<FastLayer<'g>, GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = dims;
+        if hd == 0 || id == 0 || hd % 8 != 0 || id % 8 != 0 {
+            return Err(GpuError::Input(format!("the fast kernels need hidden and intermediate to be positive multiples of 8 (16-byte rows); got H = {hd}, I = {id}")));
+        }
+        if e == 0 || e > 1024 || kk == 0 || kk > e {
+            return Err(GpuError::Input(format!("the fast kernels need 1 <= top_k <= experts <= 1024; got k = {kk}, E = {e}")));
+        }
+        if ids.len() != t * kk || weights.len() != t * kk {
+            return Err(GpuError::Input(format!("topk_ids and topk_weights must hold tokens * top_k = {} values", t * kk)));
+        }
+        let rows = validate_ids(ids, kk, e)?;
+        let max_tiles = rows.div_ceil(TILE_M) + e;
+        if max_tiles > 65535 || hd.div_ceil(TILE_N) > 65535 {
+            return Err(GpuError::Input(format!("{rows} rows need {max_tiles} row tiles, over one launch's 65535")));
+        }
+        for (n, what) in [(t * kk, "slots"), (rows * 2 * id, "rows * 2I"), (e * 2 * id * hd, "E * 2I * H"), (t * hd, "T * H")] {
+            i32_of(n / 8, what)?;
+        }
+        let (alpha, limit) = match act {
+            Activation::Swiglu => (1.0f32, -1.0f32),
+            Activation::SwigluClamped { alpha, limit } => (alpha as f32, limit as f32),
+        };
+        let s = &gpu.stream;
+        let z16 = |n: usize| -> Result<CudaSlice<u16>, GpuError> { Ok(s.alloc_zeros::<u16>(n.max(1))?) };
+        let up_i32 = |v: &[i32]| -> Result<CudaSlice<i32>, GpuError> { Ok(if v.is_empty() { s.alloc_zeros::<i32>(1)? } else { s.clone_htod(v)? }) };
+        let chunks = (t * kk).div_ceil(ROUTE_CHUNK);
+        Ok(FastLayer {
+            gpu,
+            k,
+            dims,
+            rows,
+            alpha,
+            limit,
+            max_tiles,
+            x: z16(t * hd)?,
+            w13: z16(e * 2 * id * hd)?,
+            w2: z16(e * hd * id)?,
+            dy: z16(t * hd)?,
+            ids: up_i32(ids)?,
+            weights: if weights.is_empty() { s.alloc_zeros::<f32>(1)? } else { s.clone_htod(weights)? },
+            counts: zeros(gpu, chunks * e)?,
+            offsets: zeros(gpu, e + 1)?,
+            tiles: zeros(gpu, 3 * max_tiles)?,
+            tile_count: zeros(gpu, 1)?,
+            row_token: zeros(gpu, rows)?,
+            row_slot: zeros(gpu, rows)?,
+            row_w: zeros(gpu, rows)?,
+            slot_row: zeros(gpu, t * kk)?,
+            h: z16(rows * 2 * id)?,
+            a: z16(rows * id)?,
+            o: z16(rows * hd)?,
+            y: z16(t * hd)?,
+            dh: z16(rows * 2 * id)?,
+            aw: z16(rows * id)?,
+            ds_part: zeros(gpu, rows * id.div_ceil(TILE_N))?,
+            dx_rows: z16(rows * hd)?,
+            grad_x: z16(t * hd)?,
+            grad_w13: z16(e * 2 * id * hd)?,
+            grad_w2: z16(e * hd * id)?,
+            grad_tw: zeros(gpu, t * kk)?,
+            // allocated on first use by the transposed-weights engine
+            w2t: z16(1)?,
+            w13t: z16(1)?,
+            // the fastest engine the GPU has (measured: BENCHMARKS numbers in the bench-gpu output)
+            wgmma: k.wgmma,
+            wgrad_wgmma: k.wgmma,
+            direct: k.wgmma,
+            da_raw: zeros(gpu, if k.wgmma { rows * id } else { 1 })?,
+            profile: None,
+        })
+    }
+
+    /// Upload bf16 inputs (raw bits): x [T, H], w13 [E, 2I, H], w2 [E, H, I], dy [T, H].
+    pub fn upload(&mut self, x: &[u16], w13: &[u16], w2: &[u16], dy: &[u16]) -> Result<(), GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, .. } = self.dims;
+        if x.len() != t * hd || w13.len() != e * 2 * id * hd || w2.len() != e * hd * id || dy.len() != t * hd {
+            return Err(GpuError::Input("input sizes do not match the layer's dims".into()));
+        }
+        let s = &self.gpu.stream;
+        for (src, dst) in [(x, &mut self.x), (w13, &mut self.w13), (w2, &mut self.w2), (dy, &mut self.dy)] {
+            if !src.is_empty() {
+                s.memcpy_htod(src, dst)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fill x, dy with uniform values of standard deviation 1, w13 with std H^-1/2 and w2 with std I^-1/2
+    /// (the PyTorch baseline's scales), on the device.
+    pub fn fill_random(&mut self, seed: u64) -> Result<(), GpuError> {
+        let FastDims { hidden: hd, inter: id, .. } = self.dims;
+        let sqrt3 = 3f32.sqrt();
+        let plan = [(0u64, sqrt3), (1, sqrt3 / (hd as f32).sqrt()), (2, sqrt3 / (id as f32).sqrt()), (3, sqrt3)];
+        for (i, scale) in plan {
+            let buf = match i {
+                0 => &mut self.x,
+                1 => &mut self.w13,
+                2 => &mut self.w2,
+                _ => &mut self.dy,
+            };
+            let n = buf.len() as i64;
+            let sd = seed.wrapping_mul(0x9E37_79B9).wrapping_add(i);
+            let cfg = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: fc_fill_random(bf16*, long long, unsigned long long, float) writes n elements of buf.
+            unsafe { self.gpu.stream.launch_builder(self.k.f("fc_fill_random")).arg(buf).arg(&n).arg(&sd).arg(&scale).launch(cfg)? };
+        }
+        Ok(())
+    }
+
+    /// Fill every bf16 output and intermediate with NaN, so that a test sees any element a kernel leaves unwritten.
+    pub fn poison_outputs(&mut self) -> Result<(), GpuError> {
+        let nan = f32::NAN;
+        let f = self.k.f("fc_fill_random");
+        let s = &self.gpu.stream;
+        let cfg = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        for buf in [&mut self.h, &mut self.a, &mut self.o, &mut self.y, &mut self.dh, &mut self.aw, &mut self.dx_rows, &mut self.grad_x, &mut self.grad_w13, &mut self.grad_w2] {
+            let n = buf.len() as i64;
+            // SAFETY: as in fill_random; a NaN scale makes every element NaN.
+            unsafe { s.launch_builder(f).arg(buf).arg(&n).arg(&0u64).arg(&nan).launch(cfg)? };
+        }
+        Ok(())
+    }
+
+    /// Choose the row GEMMs' engine: wgmma (Hopper only; the default there) or mma.sync (every GPU).
+    pub fn use_wgmma(&mut self, on: bool) -> Result<(), GpuError> {
+        if on && !self.k.wgmma {
+            return Err(GpuError::Input(format!("wgmma needs an sm_90a GPU; these kernels were built for {}", self.k.arch)));
+        }
+        self.wgmma = on;
+        if !on {
+            self.wgrad_wgmma = false;
+            self.direct = false;
+        }
+        Ok(())
+    }
+
+    /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies), and the
+    /// SwiGLU backward as a row-wise kernel after an f32 dA_raw GEMM (Hopper only).
+    pub fn use_wgmma_direct(&mut self, on: bool) -> Result<(), GpuError> {
+        if on {
+            self.use_wgmma_wgrad(true)?;
+        }
+        self.direct = on;
+        Ok(())
+    }
+
+    /// Also run the weight-gradient GEMMs on wgmma (MN-major operands; Hopper only).
+    pub fn use_wgmma_wgrad(&mut self, on: bool) -> Result<(), GpuError> {
+        if on && !self.k.wgmma {
+            return Err(GpuError::Input(format!("wgmma needs an sm_90a GPU; these kernels were built for {}", self.k.arch)));
+        }
+        self.wgrad_wgmma = on;
+        if on {
+            self.wgmma = true;
+        }
+        Ok(())
+    }
+
+    /// Which engines the GEMMs use.
+    pub fn engine(&self) -> &'static str {
+        match (self.wgmma, self.wgrad_wgmma, self.direct) {
+            (false, _, _) => "mma.sync",
+            (true, false, _) => "wgmma rows (transposed weights), mma.sync wgrad",
+            (true, true, false) => "wgmma (transposed weights, fused dA epilogue)",
+            (true, true, true) => "wgmma (weights as stored, row-wise SwiGLU bwd)",
+        }
+    }
+
+    /// Replace x [T, H] (bf16 bits) only.
+    pub fn upload_x(&mut self, x: &[u16]) -> Result<(), GpuError> {
+        if x.len() != self.dims.tokens * self.dims.hidden {
+            return Err(GpuError::Input("x size does not match the layer's dims".into()));
+        }
+        if !x.is_empty() {
+            self.gpu.stream.memcpy_htod(x, &mut self.x)?;
+        }
+        Ok(())
+    }
+
+    /// Median wall time on the GPU (CUDA events around each repetition) of `reps` runs of `f`.
+    pub fn median_ms<F: FnMut(&mut Self) -> Result<(), GpuError>>(&mut self, reps: usize, mut f: F) -> Result<f32, GpuError> {
+        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let mut ts = Vec::with_capacity(reps);
+        for _ in 0..reps.max(1) {
+            let a = self.gpu.stream.record_event(flags)?;
+            f(self)?;
+            let b = self.gpu.stream.record_event(flags)?;
+            ts.push(a.elapsed_ms(&b)?);
+        }
+        ts.sort_by(f32::total_cmp);
+        Ok(ts[ts.len() / 2])
+    }
+
+    /// Time each kernel of the following passes with CUDA events (read with [`FastLayer::kernel_times`]).
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profile = on.then(Vec::new);
+    }
+
+    /// The kernel times of the profiled passes since the last call.
+    pub fn kernel_times(&mut self) -> Result<Vec<KernelTime>, GpuError> {
+        let Some(p) = self.profile.as_mut() else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        for (name, a, b) in p.drain(..) {
+            out.push(KernelTime { name, ms: a.elapsed_ms(&b)? });
+        }
+        Ok(out)
+    }
+
+    fn ptr<T>(&self, s: &CudaSlice<T>) -> u64 {
+        s.device_ptr(&self.gpu.stream).0
+    }
+
+    fn launch<F>(&mut self, name: &'static str, f: F) -> Result<(), GpuError>
+    where
+        F: FnOnce(&Self) -> Result<(), GpuError>,
+    {
+        let timing = self.profile.is_some();
+        let start = if timing { Some(self.gpu.stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?) } else { None };
+        f(self)?;
+        if let Some(start) = start {
+            let end = self.gpu.stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+            self.profile.as_mut().expect("profiling").push((name, start, end));
+        }
+        Ok(())
+    }
+
+    fn gemm(&mut self, name: &'static str, label: &'static str, grid: (usize, usize, usize), p: GemmParams) -> Result<(), GpuError> {
+        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+            return Ok(());
+        }
+        let smem = if name.starts_with("wg_") { source::WG_SMEM as u32 } else { self.k.smem() };
+        let cfg = LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem };
+        self.launch(label, |me| {
+            // SAFETY: every pointer in `p` is a live buffer of this layer sized from the same dims as the
+            // indices the kernel forms (see the field comments in fast_gemm.cu); one stream orders the launches.
+            unsafe { me.gpu.stream.launch_builder(me.k.f(name)).arg(&p).launch(cfg)? };
+            Ok(())
+        })
+    }
+
+    fn base_params(&self) -> GemmParams {
+        GemmParams {
+            tiles: self.ptr(&self.tiles),
+            tile_count: self.ptr(&self.tile_count),
+            offsets: self.ptr(&self.offsets),
+            inter: self.dims.inter as i32,
+            alpha: self.alpha,
+            clamp_limit: self.limit,
+            ..Default::default()
+        }
+    }
+
+    /// Routing to rows, GEMM1 + SwiGLU, GEMM2, combine. Asynchronous (on the GPU's stream).
+    pub fn forward(&mut self) -> Result<(), GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
+        let slots = t * kk;
+        let (slots_i, e_i, k_i) = (slots as i32, e as i32, kk as i32);
+        if slots > 0 {
+            let chunks = slots.div_ceil(ROUTE_CHUNK);
+            let chunks_i = chunks as i32;
+            let grid = LaunchConfig { grid_dim: (chunks as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: (8 * e) as u32 };
+            // SAFETY (three launches): argument lists match cuda/fast/fast_route.cu; counts holds chunks*E,
+            // tiles 3*max_tiles (a bound on the tiles fr_scan writes), the row arrays `rows` entries.
+            self.launch("route_count", |me| {
+                unsafe { me.gpu.stream.launch_builder(me.k.f("fr_count")).arg(&me.ids).arg(&slots_i).arg(&e_i).arg(&me.counts).launch(grid)? };
+                Ok(())
+            })?;
+            self.launch("route_scan", |me| {
+                unsafe {
+                    me.gpu.stream.launch_builder(me.k.f("fr_scan")).arg(&me.counts).arg(&chunks_i).arg(&e_i).arg(&me.offsets).arg(&me.tiles).arg(&me.tile_count).launch(one)?
+                };
+                Ok(())
+            })?;
+            self.launch("route_fill", |me| {
+                unsafe {
+                    me.gpu.stream.launch_builder(me.k.f("fr_fill"))
+                        .arg(&me.ids).arg(&me.weights).arg(&slots_i).arg(&k_i).arg(&e_i).arg(&me.counts).arg(&me.offsets)
+                        .arg(&me.row_token).arg(&me.row_slot).arg(&me.row_w).arg(&me.slot_row)
+                        .launch(grid)?
+                };
+                Ok(())
+            })?;
+        }
+        let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
+        let mut p = self.base_params();
+        p.a = self.ptr(&self.x);
+        p.a_idx = self.ptr(&self.row_token);
+        p.lda = hd as i64;
+        p.b = self.ptr(&self.w13);
+        p.ldb = hd as i64;
+        p.b_estride = (2 * id * hd) as i64;
+        p.c = self.ptr(&self.h);
+        p.ldc = (2 * id) as i64;
+        p.c2 = self.ptr(&self.a);
+        p.n_dim = (2 * id) as i32;
+        p.k_dim = hd as i32;
+        if self.wgmma {
+            self.gemm("wg_gemm1_swiglu", "gemm1+swiglu", (id.div_ceil(WG_TILE_N / 2), tiles, 1), p)?;
+        } else {
+            self.gemm("fg_gemm1_swiglu", "gemm1+swiglu", (id.div_ceil(TILE_N / 2), tiles, 1), p)?;
+        }
+        let mut p = self.base_params();
+        p.a = self.ptr(&self.a);
+        p.lda = id as i64;
+        p.b = self.ptr(&self.w2);
+        p.ldb = id as i64;
+        p.b_estride = (hd * id) as i64;
+        p.c = self.ptr(&self.o);
+        p.ldc = hd as i64;
+        p.n_dim = hd as i32;
+        p.k_dim = id as i32;
+        if self.wgmma {
+            self.gemm("wg_rows", "gemm2", (hd.div_ceil(WG_TILE_N), tiles, 1), p)?;
+        } else {
+            self.gemm("fg_rows_nt", "gemm2", (hd.div_ceil(TILE_N), tiles, 1), p)?;
+        }
+        if t > 0 {
+            let (o, w, sr, y) = (self.ptr(&self.o), self.ptr(&self.weights), self.ptr(&self.slot_row), self.ptr(&self.y));
+            self.combine("combine", o, w, sr, y)?;
+        }
+        Ok(())
+    }
+
+    /// `out[t] = Σ_j (w[t,j]·) rows[row(t,j)]`; `weights` 0 for the plain un-dispatch sum.
+    fn combine(&mut self, name: &'static str, rows: u64, weights: u64, slot_row: u64, out: u64) -> Result<(), GpuError> {
+        let FastDims { tokens: t, hidden: hd, top_k: kk, .. } = self.dims;
+        let n = t * hd / 8;
+        let cfg = LaunchConfig { grid_dim: (n.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let (ti, ki, hi) = (t as i32, kk as i32, hd as i32);
+        self.launch(name, |me| {
+            // SAFETY: fc_combine(const bf16*, const float*, const int*, bf16*, int, int, int); rows has
+            // `rows` x H, slot_row T x k entries (or -1), out T x H.
+            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_combine")).arg(&rows).arg(&weights).arg(&slot_row).arg(&out).arg(&ti).arg(&ki).arg(&hi).launch(cfg)? };
+            Ok(())
+        })
+    }
+
+    /// dA (+ SwiGLU backward, A', routing-weight partials), routing-weight gradient, dX rows, un-dispatch,
+    /// dW13, dW2. Needs a forward first. Asynchronous.
+    pub fn backward(&mut self) -> Result<(), GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
+        let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
+        let n_tiles_i = if self.direct {
+            1
+        } else if self.wgmma {
+            id.div_ceil(WG_TILE_N)
+        } else {
+            id.div_ceil(TILE_N)
+        };
+        if self.wgmma && !self.direct {
+            // K-major copies of the weights for the wgmma data-gradient GEMMs
+            if self.w2t.len() < e * hd * id {
+                self.w2t = zeros(self.gpu, e * hd * id)?;
+                self.w13t = zeros(self.gpu, e * 2 * id * hd)?;
+            }
+            let (w2, w2t, w13, w13t) = (self.ptr(&self.w2), self.ptr(&self.w2t), self.ptr(&self.w13), self.ptr(&self.w13t));
+            self.transpose("transpose_w2", w2, w2t, hd, id)?;
+            self.transpose("transpose_w13", w13, w13t, 2 * id, hd)?;
+        }
+        let mut p = self.base_params();
+        p.a = self.ptr(&self.dy);
+        p.a_idx = self.ptr(&self.row_token);
+        p.lda = hd as i64;
+        if self.wgmma && !self.direct {
+            p.b = self.ptr(&self.w2t);
+            p.ldb = hd as i64;
+        } else {
+            p.b = self.ptr(&self.w2);
+            p.ldb = id as i64;
+        }
+        p.b_estride = (hd * id) as i64;
+        p.c = self.ptr(&self.dh);
+        p.c2 = self.ptr(&self.aw);
+        p.h = self.ptr(&self.h);
+        p.row_w = self.ptr(&self.row_w);
+        p.ds_part = self.ptr(&self.ds_part);
+        p.n_dim = id as i32;
+        p.k_dim = hd as i32;
+        if self.direct {
+            p.c = self.ptr(&self.da_raw);
+            p.ldc = id as i64;
+            self.gemm("wg_rows_bmn_f32", "dA_raw", (id.div_ceil(WG_TILE_N), tiles, 1), p)?;
+            if self.rows > 0 {
+                let (rows_i, ii) = (self.rows as i32, id as i32);
+                let (alpha, limit) = (self.alpha, self.limit);
+                let cfg = LaunchConfig { grid_dim: (self.rows.div_ceil(8) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+                self.launch("swiglu_bwd_rows", |me| {
+                    // SAFETY: fc_swiglu_bwd_rows(const float*, const bf16*, const float*, bf16*, bf16*, float*, int,
+                    // int, float, float); da_raw rows x I, h and dh rows x 2I, aw rows x I, ds_part >= rows.
+                    unsafe {
+                        me.gpu.stream.launch_builder(me.k.f("fc_swiglu_bwd_rows"))
+                            .arg(&me.da_raw).arg(&me.h).arg(&me.row_w).arg(&me.dh).arg(&me.aw).arg(&me.ds_part)
+                            .arg(&rows_i).arg(&ii).arg(&alpha).arg(&limit)
+                            .launch(cfg)?
+                    };
+                    Ok(())
+                })?;
+            }
+        } else if self.wgmma {
+            self.gemm("wg_dgrad_swiglu", "dA+swiglu_bwd", (n_tiles_i, tiles, 1), p)?;
+        } else {
+            self.gemm("fg_dgrad_swiglu", "dA+swiglu_bwd", (n_tiles_i, tiles, 1), p)?;
+        }
+        if t * kk > 0 {
+            let slots = t * kk;
+            let (nt, sl) = (n_tiles_i as i32, slots as i32);
+            let cfg = LaunchConfig { grid_dim: (slots.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            self.launch("slot_grad", |me| {
+                // SAFETY: fc_slot_grad(const float*, int, const int*, float*, int); ds_part is rows x n_tiles.
+                unsafe { me.gpu.stream.launch_builder(me.k.f("fc_slot_grad")).arg(&me.ds_part).arg(&nt).arg(&me.slot_row).arg(&me.grad_tw).arg(&sl).launch(cfg)? };
+                Ok(())
+            })?;
+        }
+        let mut p = self.base_params();
+        p.a = self.ptr(&self.dh);
+        p.lda = (2 * id) as i64;
+        p.b_estride = (2 * id * hd) as i64;
+        p.c = self.ptr(&self.dx_rows);
+        p.ldc = hd as i64;
+        p.n_dim = hd as i32;
+        p.k_dim = (2 * id) as i32;
+        if self.direct {
+            p.b = self.ptr(&self.w13);
+            p.ldb = hd as i64;
+            self.gemm("wg_rows_bmn", "dX_rows", (hd.div_ceil(WG_TILE_N), tiles, 1), p)?;
+        } else if self.wgmma {
+            p.b = self.ptr(&self.w13t);
+            p.ldb = (2 * id) as i64;
+            self.gemm("wg_rows", "dX_rows", (hd.div_ceil(WG_TILE_N), tiles, 1), p)?;
+        } else {
+            p.b = self.ptr(&self.w13);
+            p.ldb = hd as i64;
+            self.gemm("fg_rows_nn", "dX_rows", (hd.div_ceil(TILE_N), tiles, 1), p)?;
+        }
+        if t > 0 {
+            let (dx, sr, gx) = (self.ptr(&self.dx_rows), self.ptr(&self.slot_row), self.ptr(&self.grad_x));
+            self.combine("undispatch", dx, 0, sr, gx)?;
+        }
+        // weight gradients run for every expert, so experts without rows get exact zeros
+        let mut p = self.base_params();
+        p.a = self.ptr(&self.dh);
+        p.lda = (2 * id) as i64;
+        p.m_dim = (2 * id) as i32;
+        p.b = self.ptr(&self.x);
+        p.b_idx = self.ptr(&self.row_token);
+        p.ldb = hd as i64;
+        p.n_dim = hd as i32;
+        p.c = self.ptr(&self.grad_w13);
+        p.ldc = hd as i64;
+        p.c_estride = (2 * id * hd) as i64;
+        self.gemm_wgrad("wgrad_w13", (hd.div_ceil(TILE_N), (2 * id).div_ceil(TILE_M), e), p)?;
+        let mut p = self.base_params();
+        p.a = self.ptr(&self.dy);
+        p.a_idx = self.ptr(&self.row_token);
+        p.lda = hd as i64;
+        p.m_dim = hd as i32;
+        p.b = self.ptr(&self.aw);
+        p.ldb = id as i64;
+        p.n_dim = id as i32;
+        p.c = self.ptr(&self.grad_w2);
+        p.ldc = id as i64;
+        p.c_estride = (hd * id) as i64;
+        self.gemm_wgrad("wgrad_w2", (id.div_ceil(TILE_N), hd.div_ceil(TILE_M), e), p)
+    }
+
+    /// `out[e] = in[e]ᵀ` for each expert's [rows, cols] matrix.
+    fn transpose(&mut self, label: &'static str, input: u64, out: u64, rows: usize, cols: usize) -> Result<(), GpuError> {
+        let e = self.dims.experts;
+        let cfg = LaunchConfig { grid_dim: (cols.div_ceil(64) as u32, rows.div_ceil(64) as u32, e as u32), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+        let (r, c) = (rows as i32, cols as i32);
+        self.launch(label, |me| {
+            // SAFETY: fc_transpose(const bf16*, bf16*, int, int); both buffers hold E x rows x cols.
+            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_transpose")).arg(&input).arg(&out).arg(&r).arg(&c).launch(cfg)? };
+            Ok(())
+        })
+    }
+
+    fn gemm_wgrad(&mut self, label: &'static str, grid: (usize, usize, usize), p: GemmParams) -> Result<(), GpuError> {
+        let (kernel, grid, smem) = if self.wgrad_wgmma {
+            // 128 x 256 tiles instead of 128 x 128
+            ("wg_wgrad", (grid.0.div_ceil(2), grid.1, grid.2), source::WG_SMEM as u32)
+        } else {
+            ("fg_wgrad", grid, self.k.smem())
+        };
+        let cfg = LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem };
+        self.launch(label, |me| {
+            // SAFETY: as in `gemm`; grid.z = experts and offsets has E + 1 entries.
+            unsafe { me.gpu.stream.launch_builder(me.k.f(kernel)).arg(&p).launch(cfg)? };
+            Ok(())
+        })
+    }
+
+    /// Wait for the GPU.
+    pub fn sync(&self) -> Result<(), GpuError> {
+        Ok(self.gpu.stream.synchronize()?)
+    }
+
+    /// Bytes kept from forward for backward per token: the k rows of H (bf16) plus each row's token, slot,
+    /// weight and each slot's row (the caller holds X and dY).
+    pub fn bytes_kept_per_token(&self) -> f64 {
+        let FastDims { tokens: t, inter: id, top_k: kk, .. } = self.dims;
+        let per_row = 2 * id * 2 + 4 + 4 + 4;
+        (self.rows * per_row + t * kk * 4) as f64 / t.max(1) as f64
+    }
+
+    /// Device bytes the layer allocates beyond its inputs (x, W13, W2, dY): (activations, routing and
+    /// workspaces incl. the transposed weights, the gradients dX, dW13, dW2, d(topk_weights)).
+    pub fn extra_bytes(&self) -> (usize, usize) {
+        let b16 = |s: &CudaSlice<u16>| s.len() * 2;
+        let b32 = |n: usize| n * 4;
+        let work = b16(&self.h) + b16(&self.a) + b16(&self.o) + b16(&self.y) + b16(&self.dh) + b16(&self.aw) + b16(&self.dx_rows)
+            + b16(&self.w2t) + b16(&self.w13t) + b32(self.da_raw.len())
+            + b32(self.counts.len() + self.offsets.len() + self.tiles.len() + self.row_token.len() + self.row_slot.len() + self.row_w.len() + self.slot_row.len() + self.ds_part.len());
+        let grads = b16(&self.grad_x) + b16(&self.grad_w13) + b16(&self.grad_w2) + b32(self.grad_tw.len());
+        (work, grads)
+    }
+
+    /// Download everything the layer wrote.
+    pub fn trace(&self) -> Result<FastTrace, GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
+        let m = self.rows;
+        let s = &self.gpu.stream;
+        fn take<T: DeviceRepr + Clone>(s: &Arc<cudarc::driver::CudaStream>, d: &CudaSlice<T>, n: usize) -> Result<Vec<T>, GpuError> {
+            let mut v = s.clone_dtoh(d)?;
+            v.truncate(n);
+            Ok(v)
+        }
+        s.synchronize()?;
+        Ok(FastTrace {
+            row_token: take(s, &self.row_token, m)?,
+            row_slot: take(s, &self.row_slot, m)?,
+            offsets: take(s, &self.offsets, e + 1)?,
+            slot_row: take(s, &self.slot_row, t * kk)?,
+            h: take(s, &self.h, m * 2 * id)?,
+            a: take(s, &self.a, m * id)?,
+            o: take(s, &self.o, m * hd)?,
+            y: take(s, &self.y, t * hd)?,
+            dh: take(s, &self.dh, m * 2 * id)?,
+            aw: take(s, &self.aw, m * id)?,
+            dx_rows: take(s, &self.dx_rows, m * hd)?,
+            grad_x: take(s, &self.grad_x, t * hd)?,
+            grad_w13: take(s, &self.grad_w13, e * 2 * id * hd)?,
+            grad_w2: take(s, &self.grad_w2, e * hd * id)?,
+            grad_topk_weights: take(s, &self.grad_tw, t * kk)?,
+        })
+    }
+
+    /// Download the inputs (bf16 bits) x, W13, W2, dY, e.g. after `fill_random`, for the checker.
+    pub fn inputs(&self) -> Result<Inputs, GpuError> {
+        let s = &self.gpu.stream;
+        s.synchronize()?;
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, .. } = self.dims;
+        let get = |d: &CudaSlice<u16>, n: usize| -> Result<Vec<u16>, GpuError> {
+            let mut v = s.clone_dtoh(d)?;
+            v.truncate(n);
+            Ok(v)
+        };
+        Ok((get(&self.x, t * hd)?, get(&self.w13, e * 2 * id * hd)?, get(&self.w2, e * hd * id)?, get(&self.dy, t * hd)?))
+    }
+}
+
+fn zeros<T: DeviceRepr + ValidAsZeroBits>(gpu: &Gpu, n: usize) -> Result<CudaSlice<T>, GpuError> {
+    Ok(gpu.stream.alloc_zeros::<T>(n.max(1))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemm_params_have_the_c_layout() {
+        // FastGemmParams: 12 pointers, 5 long longs, 4 ints, 2 floats, no padding
+        assert_eq!(std::mem::size_of::<GemmParams>(), 12 * 8 + 5 * 8 + 4 * 4 + 2 * 4);
+        assert_eq!(std::mem::align_of::<GemmParams>(), 8);
+    }
+
+    #[test]
+    fn routing_ids_are_validated_on_the_host() {
+        assert_eq!(validate_ids(&[0, 1, -1, 2], 2, 3).unwrap(), 3);
+        assert_eq!(validate_ids(&[], 2, 3).unwrap(), 0);
+        for (ids, what) in [(&[0, 3][..], "is not -1 or an expert"), (&[1, 1][..], "twice"), (&[0, -2][..], "is not -1 or an expert")] {
+            match validate_ids(ids, 2, 3) {
+                Err(GpuError::Input(m)) => assert!(m.contains(what), "{m}"),
+                other => panic!("{ids:?}: expected an input error, got {:?}", other.map_err(|e| e.to_string())),
+            }
+        }
+    }
+}

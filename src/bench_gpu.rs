@@ -1,0 +1,339 @@
+//! `moe-oracle bench-gpu`: time the fast fused bf16 MoE layer (`moe_kernels::fast`) on GPU 0 at a model's
+//! shape, check the same run against the exact oracle on a token subset, and optionally run the PyTorch
+//! baseline (plain and compiled) in the same process tree so the ratio is a same-run comparison.
+//!
+//! Inputs follow the baseline's statistics: x and dY of unit variance, W13 of variance 1/H, W2 of 1/I
+//! (uniform, bf16), and a softmax router (weights of variance 1/H) computed on the host, top-k renormalised,
+//! passed to the kernels as given routing. FLOPs: forward 2·T·k·3·H·I, backward twice that.
+
+use std::path::PathBuf;
+use std::process::Command as Process;
+
+use clap::Args;
+use half::bf16;
+use moe_kernels::fast::check::{check, HostCase, Scope};
+use moe_kernels::fast::{FastDims, FastKernels, FastLayer, KernelTime};
+use moe_kernels::{Gpu, GpuError};
+use moe_reference::config::Activation;
+use rayon::prelude::*;
+
+use crate::cli::CliError;
+use crate::gpu::GpuRunError;
+
+#[derive(Debug, Args)]
+pub struct BenchGpuArgs {
+    /// Model shape: qwen3-30b-a3b, qwen3-235b-a22b, olmoe-1b-7b or mixtral-8x7b.
+    #[arg(long, default_value = "qwen3-30b-a3b")]
+    pub preset: String,
+    /// Tokens per batch.
+    #[arg(long, default_value_t = 16384)]
+    pub tokens: usize,
+    /// Tokens whose rows and outputs are checked against the oracle (spread over the batch; 0 skips).
+    #[arg(long, default_value_t = 8)]
+    pub check_tokens: usize,
+    /// Weight-gradient entries sampled for the check (each of dW13 and dW2).
+    #[arg(long, default_value_t = 256)]
+    pub check_wgrad: usize,
+    /// Timed repetitions (the median is reported).
+    #[arg(long, default_value_t = 20)]
+    pub reps: usize,
+    /// cp.async pipeline depth of the mma.sync GEMMs (2, 3 or 4; the wgmma ones use 4).
+    #[arg(long, default_value_t = 3)]
+    pub stages: usize,
+    /// The PyTorch baseline script; when given it runs after the kernels, plain and with --compile.
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
+    /// Engines to run, comma-separated: mma (mma.sync everywhere), wgmma-t (wgmma with transposed weights and
+    /// the fused dA epilogue), wgmma (wgmma reading the weights as stored); wgmma ones need sm_90a.
+    #[arg(long, default_value = "mma,wgmma-t,wgmma")]
+    pub engines: String,
+    /// Random seed of the inputs.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+fn preset(name: &str) -> Option<(usize, usize, usize, usize)> {
+    Some(match name {
+        "qwen3-30b-a3b" => (2048, 768, 128, 8),
+        "qwen3-235b-a22b" => (4096, 1536, 128, 8),
+        "olmoe-1b-7b" => (2048, 1024, 64, 8),
+        "mixtral-8x7b" => (4096, 14336, 8, 2),
+        _ => return None,
+    })
+}
+
+fn fail(msg: String) -> CliError {
+    CliError::Gpu(GpuRunError::Unsupported(msg))
+}
+fn gpu_err(e: GpuError) -> CliError {
+    CliError::Gpu(GpuRunError::Gpu(e))
+}
+
+/// Uniform bf16 values of standard deviation `std` from a seeded xorshift.
+fn uniform_bits(n: usize, std: f32, seed: u64) -> Vec<u16> {
+    let a = 3f32.sqrt() * std;
+    (0..n)
+        .into_par_iter()
+        .chunks(1 << 16)
+        .flat_map_iter(|idx| {
+            let mut g = (seed ^ (idx[0] as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1;
+            idx.into_iter().map(move |_| {
+                g ^= g << 13;
+                g ^= g >> 7;
+                g ^= g << 17;
+                let u = (g >> 40) as f32 / (1u64 << 24) as f32;
+                bf16::from_f32((2.0 * u - 1.0) * a).to_bits()
+            })
+        })
+        .collect()
+}
+
+/// Softmax router on the host: logits = x·wrᵀ in f32, softmax, top-k (ties to the lower expert), renormalised.
+fn route(x: &[u16], wr: &[u16], t: usize, h: usize, e: usize, k: usize) -> (Vec<i32>, Vec<f32>) {
+    let xf: Vec<f32> = x.par_iter().map(|&b| bf16::from_bits(b).to_f32()).collect();
+    let wf: Vec<f32> = wr.iter().map(|&b| bf16::from_bits(b).to_f32()).collect();
+    let per_token: Vec<(Vec<i32>, Vec<f32>)> = (0..t)
+        .into_par_iter()
+        .map(|tok| {
+            let xr = &xf[tok * h..(tok + 1) * h];
+            let logits: Vec<f32> = (0..e).map(|ex| xr.iter().zip(&wf[ex * h..(ex + 1) * h]).map(|(a, b)| a * b).sum()).collect();
+            let mx = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            let p: Vec<f32> = logits.iter().map(|l| (l - mx).exp()).collect();
+            let mut order: Vec<usize> = (0..e).collect();
+            order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+            let top = &order[..k];
+            let s: f32 = top.iter().map(|&i| p[i]).sum();
+            (top.iter().map(|&i| i as i32).collect(), top.iter().map(|&i| p[i] / s).collect())
+        })
+        .collect();
+    let ids = per_token.iter().flat_map(|(i, _)| i.iter().copied()).collect();
+    let w = per_token.iter().flat_map(|(_, w)| w.iter().copied()).collect();
+    (ids, w)
+}
+
+fn median(mut v: Vec<f32>) -> f32 {
+    v.sort_by(f32::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Run the PyTorch baseline script, returning its (forward ms, forward+backward ms).
+fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool) -> Result<(f64, f64), CliError> {
+    let mut cmd = Process::new("python3");
+    cmd.arg(script).args(["--preset", preset, "--tokens", &tokens.to_string()]);
+    if compiled {
+        cmd.arg("--compile");
+    }
+    let out = cmd.output().map_err(|e| fail(format!("running the baseline {}: {e}", script.display())))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{'));
+    let Some(line) = line.filter(|_| out.status.success()) else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(fail(format!("the baseline failed ({}): {}", out.status, err.lines().last().unwrap_or(""))));
+    };
+    println!("baseline{}: {line}", if compiled { " --compile" } else { "" });
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| fail(format!("baseline output: {e}")))?;
+    match (v["fwd_ms"].as_f64(), v["fwd_bwd_ms"].as_f64()) {
+        (Some(f), Some(b)) => Ok((f, b)),
+        _ => Err(fail("baseline output lacks fwd_ms / fwd_bwd_ms".into())),
+    }
+}
+
+/// Warm up, time forward and forward+backward (medians), per-kernel times, and the oracle check, for the
+/// layer's current engine. Returns (forward ms, forward+backward ms, the check's failure if it failed): a
+/// failed check is reported after the remaining measurements, so one run shows every engine.
+fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (h, i, e, k): (usize, usize, usize, usize)) -> Result<(f32, f32, Option<String>), CliError> {
+    let t = args.tokens;
+    let dims = layer.dims;
+    let flops = 2.0 * (t * k) as f64 * 3.0 * (h * i) as f64;
+    let tf = |f: f64, ms: f32| f / (ms as f64 * 1e-3) / 1e12;
+    // warm-up (module load and first-touch stay out of the numbers)
+    for _ in 0..3 {
+        layer.forward().map_err(gpu_err)?;
+        layer.backward().map_err(gpu_err)?;
+    }
+    layer.sync().map_err(gpu_err)?;
+    let fwd = layer.median_ms(args.reps, |l| l.forward()).map_err(gpu_err)?;
+    let both = layer
+        .median_ms(args.reps, |l| {
+            l.forward()?;
+            l.backward()
+        })
+        .map_err(gpu_err)?;
+    // per-kernel medians from profiled passes
+    layer.set_profiling(true);
+    let mut per: Vec<(&'static str, Vec<f32>)> = Vec::new();
+    for _ in 0..5 {
+        layer.forward().map_err(gpu_err)?;
+        layer.backward().map_err(gpu_err)?;
+        layer.sync().map_err(gpu_err)?;
+        for KernelTime { name, ms } in layer.kernel_times().map_err(gpu_err)? {
+            match per.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, v)) => v.push(ms),
+                None => per.push((name, vec![ms])),
+            }
+        }
+    }
+    layer.set_profiling(false);
+
+    println!("-- engine {} (row GEMMs); preset {} tokens {t}: H={h} I={i} E={e} k={k}, {} dispatched rows", layer.engine(), args.preset, layer.rows);
+    println!("fast forward          {fwd:8.3} ms  {:6.1} TFLOP/s", tf(flops, fwd));
+    println!("fast forward+backward {both:8.3} ms  {:6.1} TFLOP/s", tf(3.0 * flops, both));
+    println!("per kernel (median of 5 profiled passes; events around each launch):");
+    let gemm_flops = |name: &str| -> Option<f64> {
+        let rows = layer.rows as f64;
+        Some(match name {
+            "gemm1+swiglu" | "wgrad_w13" | "dX_rows" => 2.0 * rows * (2 * i * h) as f64,
+            "gemm2" | "dA+swiglu_bwd" | "dA_raw" | "wgrad_w2" => 2.0 * rows * (h * i) as f64,
+            _ => return None,
+        })
+    };
+    for (name, v) in &per {
+        let m = median(v.clone());
+        match gemm_flops(name) {
+            Some(f) => println!("  {name:<18} {m:8.3} ms  {:6.1} TFLOP/s", tf(f, m)),
+            None => println!("  {name:<18} {m:8.3} ms"),
+        }
+    }
+    println!("kept for backward: {:.0} bytes per token (H rows in bf16 + routing metadata; X and dY are the caller's)", layer.bytes_kept_per_token());
+    let (work, grads) = layer.extra_bytes();
+    println!("device memory beyond the inputs: {:.0} MiB activations + workspaces (incl. transposed weights), {:.0} MiB gradients", work as f64 / 1048576.0, grads as f64 / 1048576.0);
+
+    if args.check_tokens > 0 {
+        let n = args.check_tokens.min(t);
+        let tr = layer.trace().map_err(gpu_err)?;
+        let (xb, w13b, w2b, dyb) = layer.inputs().map_err(gpu_err)?;
+        let host = HostCase { dims, act: Activation::Swiglu, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids, weights: w };
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let scope = Scope { tokens: (0..n).map(|j| j * t / n).collect(), wgrad_samples: Some(args.check_wgrad), threads };
+        let started = std::time::Instant::now();
+        let report = match check(&host, &tr, &scope) {
+            Ok(r) => r,
+            Err(m) => {
+                println!("oracle check FAILED ({}): {m}", layer.engine());
+                return Ok((fwd, both, Some(format!("oracle check failed for engine {}: {m}", layer.engine()))));
+            }
+        };
+        println!(
+            "oracle check: {n} tokens (all their rows and outputs) + {} weight-gradient entries: {} elements within bounds, worst error/bound {:.3} ({:.1} s)",
+            2 * args.check_wgrad,
+            report.elements,
+            report.worst,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok((fwd, both, None))
+}
+
+pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
+    let (h, i, e, k) = preset(&args.preset).ok_or_else(|| fail(format!("unknown preset {:?} (qwen3-30b-a3b, qwen3-235b-a22b, olmoe-1b-7b, mixtral-8x7b)", args.preset)))?;
+    let t = args.tokens;
+    if t == 0 {
+        return Err(fail("--tokens must be positive".into()));
+    }
+    let mut engines: Vec<(bool, bool, bool)> = Vec::new();
+    for name in args.engines.split(',').map(str::trim) {
+        engines.push(match name {
+            "mma" => (false, false, false),
+            "wgmma-t" => (true, true, false),
+            "wgmma" => (true, true, true),
+            _ => return Err(fail(format!("unknown engine {name:?} (mma, wgmma-t, wgmma)"))),
+        });
+    }
+    let gpu = Gpu::open(0).map_err(gpu_err)?;
+    let kern = FastKernels::load(&gpu, args.stages).map_err(gpu_err)?;
+    println!("GPU: {} ({}), fast kernels: wgmma row GEMMs {}, mma.sync ({} cp.async stages)", gpu.name, kern.arch, if kern.wgmma { "available" } else { "unavailable" }, kern.stages);
+    let x = uniform_bits(t * h, 1.0, args.seed);
+    let wr = uniform_bits(e * h, 1.0 / (h as f32).sqrt(), args.seed ^ 0x5bd1e995);
+    let (ids, w) = route(&x, &wr, t, h, e, k);
+    let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
+    let mut layer = FastLayer::new(&gpu, &kern, dims, Activation::Swiglu, &ids, &w).map_err(gpu_err)?;
+    layer.fill_random(args.seed).map_err(gpu_err)?;
+    layer.upload_x(&x).map_err(gpu_err)?;
+
+    let mut results = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    // (row GEMMs on wgmma, weight gradients on wgmma, weights read as stored)
+    if !kern.wgmma {
+        engines.retain(|e| !e.0);
+        if engines.is_empty() {
+            return Err(fail(format!("the wgmma engines need an sm_90a GPU; this one compiles for {}", kern.arch)));
+        }
+    }
+    for &(wgmma, wgrad, direct) in &engines {
+        layer.use_wgmma(wgmma).map_err(gpu_err)?;
+        layer.use_wgmma_wgrad(wgrad).map_err(gpu_err)?;
+        layer.use_wgmma_direct(direct).map_err(gpu_err)?;
+        let (fwd, both, failure) = measure(&mut layer, args, &ids, &w, (h, i, e, k))?;
+        match failure {
+            None => results.push((layer.engine(), fwd, both)),
+            Some(f) => failures.push(f),
+        }
+    }
+    let Some((_, fwd, both)) = results.iter().copied().min_by(|a, b| a.2.total_cmp(&b.2)) else {
+        return Err(fail(failures.join("; ")));
+    };
+    let flops = 2.0 * (t * k) as f64 * 3.0 * (h * i) as f64;
+    let tf = |f: f64, ms: f32| f / (ms as f64 * 1e-3) / 1e12;
+    drop(layer);
+
+    if let Some(script) = &args.baseline {
+        let (pf, pb) = baseline(script, &args.preset, t, false)?;
+        let (cf, cb) = baseline(script, &args.preset, t, true)?;
+        let (best_f, best_b) = (pf.min(cf), pb.min(cb));
+        println!("| impl | fwd ms | fwd+bwd ms | fwd+bwd TFLOP/s |");
+        for (name, f, b) in &results {
+            println!("| fast, {name} (this run) | {f:.3} | {b:.3} | {:.1} |", tf(3.0 * flops, *b));
+        }
+        println!("| torch plain | {pf:.3} | {pb:.3} | {:.1} |", tf(3.0 * flops, pb as f32));
+        println!("| torch compiled | {cf:.3} | {cb:.3} | {:.1} |", tf(3.0 * flops, cb as f32));
+        println!("speedup vs the faster baseline (fastest checked engine): forward {:.2}x, forward+backward {:.2}x", best_f / fwd as f64, best_b / both as f64);
+    }
+    if !failures.is_empty() {
+        return Err(fail(failures.join("; ")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(preset: &str, tokens: usize, engines: &str) -> BenchGpuArgs {
+        BenchGpuArgs { preset: preset.into(), tokens, check_tokens: 1, check_wgrad: 1, reps: 1, stages: 3, baseline: None, engines: engines.into(), seed: 1 }
+    }
+
+    #[test]
+    fn bad_arguments_are_errors_before_any_gpu_work() {
+        for (a, what) in [(args("gpt-9", 16, "mma"), "unknown preset"), (args("qwen3-30b-a3b", 0, "mma"), "--tokens"), (args("qwen3-30b-a3b", 16, "mma,tpu"), "unknown engine")] {
+            match run(&a) {
+                Ok(()) => panic!("{what}: accepted"),
+                Err(e) => assert!(e.to_string().contains(what), "{what}: got {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn host_routing_is_a_renormalised_top_k_of_the_softmax() {
+        let (t, h, e, k) = (64, 32, 16, 4);
+        let x = uniform_bits(t * h, 1.0, 5);
+        let wr = uniform_bits(e * h, 0.2, 6);
+        let (ids, w) = route(&x, &wr, t, h, e, k);
+        let xf: Vec<f64> = x.iter().map(|&b| bf16::from_bits(b).to_f64()).collect();
+        let wf: Vec<f64> = wr.iter().map(|&b| bf16::from_bits(b).to_f64()).collect();
+        for tok in 0..t {
+            let sel = &ids[tok * k..(tok + 1) * k];
+            let ws = &w[tok * k..(tok + 1) * k];
+            assert!((ws.iter().sum::<f32>() - 1.0).abs() < 1e-5, "weights of token {tok} sum to 1");
+            let logit = |ex: usize| (0..h).map(|c| xf[tok * h + c] * wf[ex * h + c]).sum::<f64>();
+            let lowest = sel.iter().map(|&s| logit(s as usize)).fold(f64::INFINITY, f64::min);
+            for ex in 0..e {
+                if !sel.contains(&(ex as i32)) {
+                    assert!(logit(ex) <= lowest + 1e-4, "token {tok}: expert {ex} outranks a selected one");
+                }
+            }
+            for j in 1..k {
+                assert!(ws[j] <= ws[j - 1] && !sel[..j].contains(&sel[j]), "token {tok}: slots in decreasing weight, distinct");
+            }
+        }
+    }
+}
