@@ -102,3 +102,36 @@ fn bad_recipes_exit_2_with_one_line_and_no_output() {
         assert!(!out.exists());
     }
 }
+
+/// `check --same-schedule`: the emulated fp8-block kernel passes it; a kernel that forgets the FP8
+/// promotion (chains all of K in the 13-bit tensor-core accumulator) fails it.
+#[test]
+fn same_schedule_check_accepts_the_schedule_and_rejects_a_missing_promotion() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = dir.path().join("case.safetensors");
+    let o = oracle(&[
+        "golden", "--preset", "qwen3-30b-a3b", "--recipe", "fp8-block", "--tokens", "16", "--experts", "16", "--hidden", "512",
+        "--intermediate", "256", "-q", "-o", p(&case),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let same = dir.path().join("same.safetensors");
+    let fast = dir.path().join("fast.safetensors");
+    let run = |extra: &[&str], out: &Path| {
+        let mut args = vec!["run", p(&case), "--recipe", "fp8-block", "--intermediates", "-q", "-o", p(out)];
+        args.extend_from_slice(extra);
+        let o = oracle(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    run(&[], &same);
+    run(&["--accumulate", "hopper-fp8-fast"], &fast);
+    let check = |cand: &Path, strict: bool| {
+        let mut args = vec!["check", p(&case), "--candidate", p(cand), "--recipe", "fp8-block"];
+        if strict {
+            args.push("--same-schedule");
+        }
+        oracle(&args).status.code()
+    };
+    assert_eq!(check(&same, false), Some(0));
+    assert_eq!(check(&same, true), Some(0));
+    assert_eq!(check(&fast, true), Some(1), "a missing promotion is not the recipe's schedule");
+}

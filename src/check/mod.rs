@@ -39,6 +39,11 @@ pub struct CheckArgs {
     /// Recipe whose bounds apply (named or a JSON file); default: the case config's `recipe`.
     #[arg(long)]
     pub recipe: Option<String>,
+    /// The kernel follows the recipe's accumulation schedule exactly (K order, instruction width, promotion
+    /// interval, slot order of the short sums), as DeepGEMM's unfused chain does: much tighter bounds, which
+    /// a kernel with another summation order fails.
+    #[arg(long)]
+    pub same_schedule: bool,
 }
 
 /// Everything a comparison needs: the case, the exact oracle's results, the recipe's emulation (its
@@ -56,6 +61,11 @@ pub struct Context {
 impl Context {
     /// Read the case and the candidate, run the exact oracle and the recipe's emulation.
     pub fn load(case_path: &Path, cand_path: &Path, recipe: Option<&str>) -> Result<Context, CliError> {
+        Self::load_with(case_path, cand_path, recipe, false)
+    }
+
+    /// [`Context::load`], with the kernel declared to follow the recipe's accumulation schedule.
+    pub fn load_with(case_path: &Path, cand_path: &Path, recipe: Option<&str>, same_schedule: bool) -> Result<Context, CliError> {
         let case = case::read_case(case_path, ReadOptions::default())
             .map_err(|e| CliError::Case { path: case_path.to_path_buf(), source: e })?;
         let recipe = crate::emulated::load_recipe(recipe.unwrap_or(&case.inputs.cfg.recipe), None)?;
@@ -71,7 +81,8 @@ impl Context {
             )));
         }
         let exact_bwd = case.inputs.dy.as_ref().map(|dy| layer::backward(&case.inputs, &exact_fwd, dy.view(), opt));
-        let em = emulate::run(&case.inputs, &recipe, opt).map_err(|e| CliError::Recipe(e.to_string()))?;
+        let opts = emulate::EmulateOptions { keep_quantised: true, same_schedule };
+        let em = emulate::run_opts(&case.inputs, &recipe, opt, opts).map_err(|e| CliError::Recipe(e.to_string()))?;
         Ok(Context { case, case_path: case_path.to_path_buf(), recipe, exact_fwd, exact_bwd, em, cand })
     }
 
@@ -199,7 +210,7 @@ pub fn run(args: &CheckArgs) -> Result<(), CliError> {
     if let Some(j) = &args.json {
         check_report_path(j)?;
     }
-    let ctx = Context::load(&args.case, &args.candidate, args.recipe.as_deref())?;
+    let ctx = Context::load_with(&args.case, &args.candidate, args.recipe.as_deref(), args.same_schedule)?;
     let rep = check(&ctx);
     print!("{}", rep.human());
     if let Some(j) = &args.json {

@@ -247,7 +247,7 @@ impl<'a> Replay<'a> {
     }
 
     fn f32_plan() -> GemmPlan {
-        GemmPlan { name: "router", model: Model::F32Fma, a: None, b: None }
+        GemmPlan { name: "router", model: Model::F32Fma, a: None, b: None, same_schedule: false }
     }
 
     /// Replay one stage, when the candidate holds its output (and the case allows it).

@@ -104,14 +104,15 @@ struct Plans {
 }
 
 impl Plans {
-    fn parse(r: &Recipe) -> Result<Plans, EmulateError> {
+    fn parse(r: &Recipe, same_schedule: bool) -> Result<Plans, EmulateError> {
+        let p = |name, g| GemmPlan::parse(name, g).map(|p| GemmPlan { same_schedule, ..p });
         Ok(Plans {
-            gemm1: GemmPlan::parse("gemm1", &r.gemm1)?,
-            gemm2: GemmPlan::parse("gemm2", &r.gemm2)?,
-            dgrad2: GemmPlan::parse("dgrad2", &r.dgrad2)?,
-            wgrad2: GemmPlan::parse("wgrad2", &r.wgrad2)?,
-            dgrad1: GemmPlan::parse("dgrad1", &r.dgrad1)?,
-            wgrad1: GemmPlan::parse("wgrad1", &r.wgrad1)?,
+            gemm1: p("gemm1", &r.gemm1)?,
+            gemm2: p("gemm2", &r.gemm2)?,
+            dgrad2: p("dgrad2", &r.dgrad2)?,
+            wgrad2: p("wgrad2", &r.wgrad2)?,
+            dgrad1: p("dgrad1", &r.dgrad1)?,
+            wgrad1: p("wgrad1", &r.wgrad1)?,
             vector: stage::parse_model(&r.vector_accumulate)?,
         })
     }
@@ -283,11 +284,31 @@ pub fn run(inp: &LayerInputs, recipe: &Recipe, opt: Options) -> Result<Emulated,
 
 /// [`run`], keeping the quantised operands only when `keep_quantised` (they are as large as the weights).
 pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised: bool) -> Result<Emulated, EmulateError> {
-    let plans = Plans::parse(recipe)?;
+    run_opts(inp, recipe, opt, EmulateOptions { keep_quantised, same_schedule: false })
+}
+
+/// How to emulate.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EmulateOptions {
+    /// Keep the quantised operands (`q.<name>`) for output (they are as large as the weights).
+    pub keep_quantised: bool,
+    /// Deviation bounds for kernels declared to follow the recipe's accumulation schedule exactly (K order,
+    /// instruction width, promotion interval, the slot order of the short sums): such a kernel fed the same
+    /// operands gives the same bits, so only operand deviations (and f32 evaluation of SwiGLU and the router)
+    /// remain. Much tighter; a kernel with another order (split-K, atomics) fails it.
+    pub same_schedule: bool,
+}
+
+/// [`run`] with every option.
+pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOptions) -> Result<Emulated, EmulateError> {
+    let keep_quantised = opts.keep_quantised;
+    let plans = Plans::parse(recipe, opts.same_schedule)?;
     let cfg: &MoeConfig = &inp.cfg;
     let st = &recipe.storage;
     let (hd, id, e_n, k) = (cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
     let vector_kappa = |n: usize| accumulation_coefficient(&plans.vector, n);
+    // The short sums' order is part of the schedule (slot order, feature order).
+    let dev_kappa = |n: usize| if opts.same_schedule { 0.0 } else { accumulation_coefficient(&plans.vector, n) };
     let mut bounds: Vec<(String, ArrayD<f64>)> = Vec::new();
     let mut quantised = Vec::new();
 
@@ -378,7 +399,7 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
             );
             yd[c] = dot_dev(
                 slots.iter().map(|&(j, r)| (w_in.v[[t, j]].abs(), w_d[[t, j]], o.v[[r, c]].abs(), o_d[[r, c]])),
-                vector_kappa(slots.len()),
+                dev_kappa(slots.len()),
                 slots.len(),
             );
         }
@@ -426,7 +447,7 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
                     vector_kappa(hd),
                     hd,
                 );
-                gd[j] = dot_dev((0..hd).map(|c| (dy_in.v[[t, c]].abs(), 0.0, o.v[[r, c]].abs(), o_d[[r, c]])), vector_kappa(hd), hd);
+                gd[j] = dot_dev((0..hd).map(|c| (dy_in.v[[t, c]].abs(), 0.0, o.v[[r, c]].abs(), o_d[[r, c]])), dev_kappa(hd), hd);
             }
         }
     });
@@ -524,7 +545,7 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
     });
 
     // Router: dlogits through the routing Jacobian, grad.router.weight = dlᵀ·x, grad.x's router term dl·R.
-    let f32_plan = GemmPlan { name: "router", model: Model::F32Fma, a: None, b: None };
+    let f32_plan = GemmPlan { name: "router", model: Model::F32Fma, a: None, b: None, same_schedule: opts.same_schedule };
     let (dlogits, router_term, grad_router_weight, grw_b, grw_d, rt_d) = match (&fwd.routed, &cfg.routing, &inp.router_weight, &fwd.logits) {
         (Some(routed), Some(rcfg), Some(rw), Some(lg)) => {
             let dl_exact = route::backward(rcfg, routed, lg.view(), gtw.v.view());
@@ -600,7 +621,7 @@ pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised
             if let (Some(rt), Some(rd)) = (&router_term, &rt_d) {
                 dterms.push((rt.v[[t, c]], rd[[t, c]]));
             }
-            gd[c] = dot_dev(dterms.iter().map(|&(v, d)| (v.abs(), d, 1.0, 0.0)), vector_kappa(dterms.len()), dterms.len());
+            gd[c] = dot_dev(dterms.iter().map(|&(v, d)| (v.abs(), d, 1.0, 0.0)), dev_kappa(dterms.len()), dterms.len());
         }
     });
     let gx_d = store_dev(&gx_raw, gx_dpre, st.grad_x);

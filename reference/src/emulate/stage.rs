@@ -104,12 +104,16 @@ pub struct GemmPlan {
     pub model: Model,
     pub a: Option<OperandPlan>,
     pub b: Option<OperandPlan>,
+    /// The kernel is declared to follow the model's schedule exactly (same K order, instruction width and
+    /// promotion interval, as DeepGEMM's unfused chain or cuBLAS do): the accumulation is then a function of
+    /// the fed operands, and only operand deviations can make the kernel differ from the emulator.
+    pub same_schedule: bool,
 }
 
 impl GemmPlan {
     pub fn parse(name: &'static str, g: &GemmRecipe) -> Result<GemmPlan, EmulateError> {
         let op = |q: &Option<crate::recipe::OperandQuant>| q.as_ref().map(OperandPlan::parse).transpose();
-        let plan = GemmPlan { name, model: parse_model(&g.accumulate)?, a: op(&g.a)?, b: op(&g.b)? };
+        let plan = GemmPlan { name, model: parse_model(&g.accumulate)?, a: op(&g.a)?, b: op(&g.b)?, same_schedule: false };
         if let (Model::TensorCore(TensorCore { promote_every: Some(p), .. }), true) = (&plan.model, plan.a.is_some() || plan.b.is_some()) {
             let kb: Vec<usize> = [&plan.a, &plan.b].iter().filter_map(|o| o.as_ref().map(|o| o.k_block())).collect();
             if kb.iter().any(|&k| k != *p) {
@@ -266,12 +270,21 @@ pub fn gemm_stage_with(
         };
         let (fa, fda) = fed(a, ad, &plan.a, &qa);
         let (fb, fdb) = fed(b, bd, &plan.b, &qb);
-        let s1 = abs_gemm_nt((&fa + &fda).view(), (&fb + &fdb).view(), false);
-        let s0 = abs_gemm_nt(fa.view(), fb.view(), true);
-        let kappa = accumulation_coefficient(&plan.model, k);
-        let mut dp = s1.clone();
-        Zip::from(&mut dp).and(&s1).and(&s0).for_each(|d, &s1, &s0| *d = (s1 - s0).max(0.0) + 2.0 * kappa * s1 + 2.0 * under);
-        Some(dp)
+        let exact_inputs = fda.iter().chain(fdb.iter()).all(|&x| x == 0.0);
+        if exact_inputs && plan.same_schedule {
+            // Same fed operands, same schedule: the same bits.
+            Some(Array2::zeros((a.nrows(), b.nrows())))
+        } else {
+            let s1 = abs_gemm_nt((&fa + &fda).view(), (&fb + &fdb).view(), false);
+            let s0 = abs_gemm_nt(fa.view(), fb.view(), true);
+            let orders = if plan.same_schedule { 0.0 } else { 2.0 * accumulation_coefficient(&plan.model, k) };
+            let mut dp = s1.clone();
+            Zip::from(&mut dp).and(&s1).and(&s0).for_each(|d, &s1, &s0| {
+                let ops = if exact_inputs { 0.0 } else { (s1 - s0).max(0.0) };
+                *d = ops + orders * s1 + 2.0 * under
+            });
+            Some(dp)
+        }
     } else {
         None
     };
@@ -293,7 +306,7 @@ pub fn gemm_stage_with(
         for ((m, n), p) in pre.indexed_iter_mut() {
             let extra = 2.0 * (ea_min * sa[m] * bmax[n] + eb_min * sb[n] * amax[m]) + ea_min * eb_min * sa[m] * sb[n];
             *p += per * extra;
-            if let Some(dp) = dev_pre.as_mut() {
+            if let Some(dp) = dev_pre.as_mut().filter(|_| !plan.same_schedule) {
                 dp[[m, n]] += 2.0 * per * extra;
             }
         }
@@ -322,6 +335,9 @@ pub fn dot_dev(terms: impl Iterator<Item = (f64, f64, f64, f64)>, kappa: f64, k:
     for (ma, da, mb, db) in terms {
         ops += ma * db + da * mb + da * db;
         s += (ma + da) * (mb + db);
+    }
+    if ops == 0.0 && kappa == 0.0 {
+        return 0.0; // same operands, same order: the same bits
     }
     let f = 1.0 + (k as f64 + 2.0) * 2f64.powi(-52);
     (ops + 2.0 * kappa * s) * f + 2.0 * underflow_term(k)
