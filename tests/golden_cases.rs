@@ -114,6 +114,9 @@ fn stored_outputs_are_the_oracle_on_the_stored_inputs() {
             if name.starts_with("bound.") {
                 // A bound beyond the f32 range is stored as +inf (rounded up: still a bound, a vacuous one).
                 assert!(a.iter().all(|v| *v >= 0.0), "{f}: {name} negative or NaN");
+            } else if name.starts_with("emulated.") {
+                // The recipe's kernel may overflow its f32 range on the large-magnitude case: ±inf, not NaN.
+                assert!(a.iter().all(|v| !v.is_nan()), "{f}: {name} NaN");
             } else {
                 assert!(a.iter().all(|v| v.is_finite()), "{f}: {name} not finite");
             }
