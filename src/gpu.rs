@@ -67,6 +67,9 @@ fn host_routing(inputs: &LayerInputs) -> Result<(ndarray::Array2<i32>, ndarray::
 /// do not store `bwd.do` and `bwd.da`, so their candidate lacks those two intermediates.
 pub fn run_on_gpu(inputs: &LayerInputs, config_json: &str, out: &Path, intermediates: bool, kernels: KernelChoice) -> Result<usize, GpuRunError> {
     let (ids, w, router) = host_routing(inputs)?;
+    if kernels == KernelChoice::Fast {
+        fast_shape_ok(&inputs.cfg)?;
+    }
     let gpu = Gpu::open(0)?;
     let w32 = w.mapv(|v| v as f32);
     let r = match kernels {
@@ -118,6 +121,21 @@ pub fn run_on_gpu(inputs: &LayerInputs, config_json: &str, out: &Path, intermedi
     Ok(t.len())
 }
 
+/// The shapes the fast kernels take, checked on the host before any GPU work (`MoeLayer` checks them
+/// again; this makes a bad shape one clear line even on a machine without a GPU).
+fn fast_shape_ok(c: &moe_reference::config::MoeConfig) -> Result<(), GpuRunError> {
+    if c.tokens == 0 {
+        return Err(GpuRunError::Unsupported("the fast kernels need at least one token".into()));
+    }
+    if c.hidden == 0 || c.intermediate == 0 || c.hidden % 8 != 0 || c.intermediate % 8 != 0 {
+        return Err(GpuRunError::Unsupported(format!("the fast kernels need H and I to be positive multiples of 8; the case has H = {}, I = {}", c.hidden, c.intermediate)));
+    }
+    if c.experts > 1024 {
+        return Err(GpuRunError::Unsupported(format!("the fast kernels take at most 1024 experts; the case has E = {}", c.experts)));
+    }
+    Ok(())
+}
+
 /// bf16 bits of a case tensor (its values are bf16 in a bf16 case; otherwise rounded to nearest, as the
 /// simple kernels' upload does).
 fn bf16_bits<'a>(v: impl IntoIterator<Item = &'a f64>) -> Vec<u16> {
@@ -142,13 +160,6 @@ fn indices(v: &[i32], what: &str) -> Result<Vec<usize>, GpuRunError> {
 fn run_fast(gpu: &Gpu, inputs: &LayerInputs, ids: &ndarray::Array2<i32>, w: &ndarray::Array2<f32>) -> Result<moe_kernels::GpuForward, GpuRunError> {
     let c = &inputs.cfg;
     let dims = FastDims { tokens: c.tokens, hidden: c.hidden, inter: c.intermediate, experts: c.experts, top_k: c.top_k };
-    if dims.tokens == 0 {
-        return Err(GpuRunError::Unsupported("the fast kernels need at least one token".into()));
-    }
-    // validated before compiling anything, so a bad shape costs no NVRTC time
-    if dims.hidden == 0 || dims.inter == 0 || dims.hidden % 8 != 0 || dims.inter % 8 != 0 {
-        return Err(GpuRunError::Unsupported(format!("the fast kernels need H and I to be positive multiples of 8; the case has H = {}, I = {}", dims.hidden, dims.inter)));
-    }
     let kern = FastKernels::load(gpu, 3)?;
     let s = &gpu.stream;
     let up16 = |v: Vec<u16>| s.clone_htod(&v).map_err(GpuError::from);
