@@ -46,8 +46,11 @@ pub enum KernelChoice {
     Fast,
 }
 
+/// The routing as (topk_ids, topk_weights, the host router when the case routes itself).
+type HostRouting = (ndarray::Array2<i32>, ndarray::Array2<f64>, Option<HostRouter>);
+
 /// The routing the kernels take: given by the case, or computed on the host from its router.
-fn host_routing(inputs: &LayerInputs) -> Result<(ndarray::Array2<i32>, ndarray::Array2<f64>, Option<HostRouter>), GpuRunError> {
+fn host_routing(inputs: &LayerInputs) -> Result<HostRouting, GpuRunError> {
     match (&inputs.topk_ids, &inputs.topk_weights, &inputs.cfg.routing, &inputs.router_weight) {
         (Some(ids), Some(w), _, _) => Ok((ids.clone(), w.clone(), None)),
         (_, _, Some(rcfg), Some(rw)) => {
@@ -127,7 +130,7 @@ fn fast_shape_ok(c: &moe_reference::config::MoeConfig) -> Result<(), GpuRunError
     if c.tokens == 0 {
         return Err(GpuRunError::Unsupported("the fast kernels need at least one token".into()));
     }
-    if c.hidden == 0 || c.intermediate == 0 || c.hidden % 8 != 0 || c.intermediate % 8 != 0 {
+    if c.hidden == 0 || c.intermediate == 0 || !c.hidden.is_multiple_of(8) || !c.intermediate.is_multiple_of(8) {
         return Err(GpuRunError::Unsupported(format!("the fast kernels need H and I to be positive multiples of 8; the case has H = {}, I = {}", c.hidden, c.intermediate)));
     }
     if c.experts > 1024 {

@@ -110,8 +110,8 @@ impl<'g> MoeLayer<'g> {
         let MoeInputs { x, w13, w2, dy, topk_ids, topk_weights } = inputs;
         check_lengths(dims, x.len(), w13.len(), w2.len(), dy.map(|d| d.len()), topk_ids.len(), topk_weights.len())?;
         let s = &gpu.stream;
-        let ids = if topk_ids.len() == 0 { Vec::new() } else { s.clone_dtoh(*topk_ids)? };
-        let weights = if topk_weights.len() == 0 { Vec::new() } else { s.clone_dtoh(*topk_weights)? };
+        let ids = if topk_ids.is_empty() { Vec::new() } else { s.clone_dtoh(*topk_ids)? };
+        let weights = if topk_weights.is_empty() { Vec::new() } else { s.clone_dtoh(*topk_weights)? };
         let mut layer = FastLayer::new(gpu, kernels, dims, act, &ids, &weights)?;
         layer.copy_inputs_dtod(x, w13, w2, *dy)?;
         Ok(MoeLayer { layer, has_dy: dy.is_some(), ran_forward: false })

@@ -15,12 +15,17 @@ fn bits(v: &[f64]) -> Vec<u16> {
     v.iter().map(|&x| half::bf16::from_f64(x).to_bits()).collect()
 }
 
+/// x, w13, w2, dy (bf16 bits), topk_ids, topk_weights on the host.
+type Host = (Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>, Vec<i32>, Vec<f32>);
+/// The same on the device.
+type Dev = (CudaSlice<u16>, CudaSlice<u16>, CudaSlice<u16>, CudaSlice<u16>, CudaSlice<i32>, CudaSlice<f32>);
+
 /// A case's host values and its device copies.
 struct Case {
     dims: FastDims,
     act: Activation,
-    host: (Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>, Vec<i32>, Vec<f32>),
-    dev: (CudaSlice<u16>, CudaSlice<u16>, CudaSlice<u16>, CudaSlice<u16>, CudaSlice<i32>, CudaSlice<f32>),
+    host: Host,
+    dev: Dev,
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -748,7 +748,7 @@ impl<'g> FastLayer<'g> {
             pairs.push((d, &mut self.dy));
         }
         for (src, dst) in pairs {
-            if src.len() > 0 {
+            if !src.is_empty() {
                 s.memcpy_dtod(src, dst)?;
             }
         }
