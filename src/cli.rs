@@ -83,6 +83,10 @@ pub struct RunArgs {
     /// accumulation) on GPU 0 and writes their results as a candidate file (F32).
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
+    /// With --device cuda: `simple` (one kernel per stage, every format tensor) or `fast` (the fused
+    /// tensor-core path through `moe_kernels::MoeLayer`; H and I multiples of 8; no bwd.do, bwd.da).
+    #[arg(long, value_enum, default_value_t = crate::gpu::KernelChoice::Simple)]
+    pub kernels: crate::gpu::KernelChoice,
     /// Emulate a low-precision recipe instead of the exact layer: fp32, bf16, fp8-block, fp8-block-te,
     /// mxfp8, fp8-bwd, or a JSON file (`moe-oracle recipes --show NAME` prints one). Outputs are F32.
     #[arg(long, conflicts_with = "device")]
@@ -364,7 +368,7 @@ fn run_case(path: &Path, args: &RunArgs) -> Result<(), CliError> {
     ));
     if args.device == DeviceArg::Cuda {
         let t = Instant::now();
-        let n = crate::gpu::run_on_gpu(&case.inputs, &case.config_json, &args.output, args.common.intermediates)?;
+        let n = crate::gpu::run_on_gpu(&case.inputs, &case.config_json, &args.output, args.common.intermediates, args.kernels)?;
         println!("moe-oracle run {} --device cuda: wrote {n} tensors to {} in {:.1} ms", path.display(), args.output.display(), ms(t));
         return Ok(());
     }
@@ -521,6 +525,9 @@ fn run_cast(args: &CastArgs) -> Result<(), CliError> {
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match &cli.command {
+        Command::Run(args) if args.kernels != crate::gpu::KernelChoice::Simple && (args.device != DeviceArg::Cuda || args.case.is_none()) => {
+            Err(crate::gpu::GpuRunError::Unsupported("--kernels fast needs --device cuda and a case file".into()).into())
+        }
         Command::Run(args) => match (&args.case, args.demo) {
             (Some(path), false) => run_case(path, args),
             _ if args.recipe.is_some() => run_demo_recipe(args),

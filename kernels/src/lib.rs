@@ -11,11 +11,13 @@ pub mod fast;
 mod device;
 mod error;
 mod forward;
+mod layer_api;
 mod source;
 
 pub use device::Gpu;
 pub use error::GpuError;
 pub use forward::{GpuBackward, GpuForward, Routing};
+pub use layer_api::{check_lengths, MoeBackward, MoeForward, MoeInputs, MoeIntermediates, MoeLayer, NOT_STORED};
 
 /// Whether GPU tests must run (`REQUIRE_GPU=1`) rather than skip when no GPU is usable.
 pub fn gpu_required() -> bool {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaEvent, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaView, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 use moe_reference::config::Activation;
 
 use super::source;
@@ -88,6 +88,27 @@ pub struct FastTrace {
     pub grad_w13: Vec<u16>,
     pub grad_w2: Vec<u16>,
     pub grad_topk_weights: Vec<f32>,
+}
+
+/// Views of the layer's device buffers at their exact lengths (bf16 tensors as raw bits); the same tensors
+/// as [`FastTrace`], left on the device.
+pub struct FastBuffers<'a> {
+    pub row_token: CudaView<'a, i32>,
+    pub row_slot: CudaView<'a, i32>,
+    pub offsets: CudaView<'a, i32>,
+    pub slot_row: CudaView<'a, i32>,
+    pub h: CudaView<'a, u16>,
+    pub a: CudaView<'a, u16>,
+    pub o: CudaView<'a, u16>,
+    pub y: CudaView<'a, u16>,
+    pub dh: CudaView<'a, u16>,
+    /// A' = w·A, the dW2 operand
+    pub aw: CudaView<'a, u16>,
+    pub dx_rows: CudaView<'a, u16>,
+    pub grad_x: CudaView<'a, u16>,
+    pub grad_w13: CudaView<'a, u16>,
+    pub grad_w2: CudaView<'a, u16>,
+    pub grad_topk_weights: CudaView<'a, f32>,
 }
 
 /// The layer's device buffers for one shape and routing, and its launches.
@@ -711,6 +732,51 @@ impl<'g> FastLayer<'g> {
             grad_w2: take(s, &self.grad_w2, e * hd * id)?,
             grad_topk_weights: take(s, &self.grad_tw, t * kk)?,
         })
+    }
+
+    /// Copy the caller's device inputs (bf16 bits, exact lengths) into the layer's own buffers, device to
+    /// device: the launches take the layer's buffers, so inputs the caller owns are copied, not aliased.
+    pub fn copy_inputs_dtod(&mut self, x: &CudaSlice<u16>, w13: &CudaSlice<u16>, w2: &CudaSlice<u16>, dy: Option<&CudaSlice<u16>>) -> Result<(), GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, .. } = self.dims;
+        let want = [(x.len(), t * hd), (w13.len(), e * 2 * id * hd), (w2.len(), e * hd * id), (dy.map_or(t * hd, |d| d.len()), t * hd)];
+        if want.iter().any(|(got, n)| got != n) {
+            return Err(GpuError::Input("input sizes do not match the layer's dims".into()));
+        }
+        let s = &self.gpu.stream;
+        let mut pairs = vec![(x, &mut self.x), (w13, &mut self.w13), (w2, &mut self.w2)];
+        if let Some(d) = dy {
+            pairs.push((d, &mut self.dy));
+        }
+        for (src, dst) in pairs {
+            if !src.is_empty() {
+                s.memcpy_dtod(src, dst)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The layer's device buffers, each cut to its exact length (views into the layer; valid until the
+    /// next pass writes them).
+    pub fn buffers(&self) -> FastBuffers<'_> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
+        let m = self.rows;
+        FastBuffers {
+            row_token: self.row_token.slice(..m),
+            row_slot: self.row_slot.slice(..m),
+            offsets: self.offsets.slice(..e + 1),
+            slot_row: self.slot_row.slice(..t * kk),
+            h: self.h.slice(..m * 2 * id),
+            a: self.a.slice(..m * id),
+            o: self.o.slice(..m * hd),
+            y: self.y.slice(..t * hd),
+            dh: self.dh.slice(..m * 2 * id),
+            aw: self.aw.slice(..m * id),
+            dx_rows: self.dx_rows.slice(..m * hd),
+            grad_x: self.grad_x.slice(..t * hd),
+            grad_w13: self.grad_w13.slice(..e * 2 * id * hd),
+            grad_w2: self.grad_w2.slice(..e * hd * id),
+            grad_topk_weights: self.grad_tw.slice(..t * kk),
+        }
     }
 
     /// Download the inputs (bf16 bits) x, W13, W2, dY, e.g. after `fill_random`, for the checker.

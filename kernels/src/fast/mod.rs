@@ -26,4 +26,4 @@ mod layer;
 mod source;
 
 pub use kernels::FastKernels;
-pub use layer::{FastDims, FastLayer, FastTrace, Inputs, KernelTime};
+pub use layer::{FastBuffers, FastDims, FastLayer, FastTrace, Inputs, KernelTime};
