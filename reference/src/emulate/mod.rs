@@ -549,15 +549,18 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     let (dlogits, router_term, grad_router_weight, grw_b, grw_d, rt_d) = match (&fwd.routed, &cfg.routing, &inp.router_weight, &fwd.logits) {
         (Some(routed), Some(rcfg), Some(rw), Some(lg)) => {
             let dl_exact = route::backward(rcfg, routed, lg.view(), gtw.v.view());
-            // |J|·b: the Jacobian's columns from one-hot gradients.
+            // |J|·b and |J|·d: the Jacobian's columns from one-hot gradients, each computed once.
             let mut dl_b = Array2::<f64>::zeros(dl_exact.dim());
+            let mut dl_d = Array2::<f64>::zeros(dl_exact.dim());
             for j in 0..k {
                 let mut onehot = Array2::zeros((cfg.tokens, k));
                 onehot.column_mut(j).fill(1.0);
                 let col = route::backward(rcfg, routed, lg.view(), onehot.view());
                 for t in 0..cfg.tokens {
                     for e in 0..e_n {
-                        dl_b[[t, e]] += col[[t, e]].abs() * gtw.b[[t, j]];
+                        let j_abs = col[[t, e]].abs();
+                        dl_b[[t, e]] += j_abs * gtw.b[[t, j]];
+                        dl_d[[t, e]] += j_abs * gtw_d[[t, j]];
                     }
                 }
             }
@@ -568,17 +571,6 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
             let mag = routing_backward_magnitude(rcfg, routed, lg.view(), gmag.view());
             let dl_b = dl_b * (1.0 + 1e-12) + &mag * (64.0 * 2f64.powi(-24)) + 2f64.powi(-140);
             // Deviation: the gradient's deviation through |J|, and both evaluations.
-            let mut dl_d = Array2::<f64>::zeros(dl_exact.dim());
-            for j in 0..k {
-                let mut onehot = Array2::zeros((cfg.tokens, k));
-                onehot.column_mut(j).fill(1.0);
-                let col = route::backward(rcfg, routed, lg.view(), onehot.view());
-                for t in 0..cfg.tokens {
-                    for e in 0..e_n {
-                        dl_d[[t, e]] += col[[t, e]].abs() * gtw_d[[t, j]];
-                    }
-                }
-            }
             let dl_d = dl_d * (1.0 + 1e-12) + &mag * (128.0 * 2f64.powi(-24)) + 2f64.powi(-139);
             let dl_d = store_dev(&dl_exact, dl_d, Storage::F32);
             let dl = store(dl_exact, dl_b, Storage::F32);
