@@ -30,8 +30,15 @@ pub const KERNELS: &[&str] = &[
 
 /// All kernels as one source: the shared header once, then every file without its `#include` of it.
 pub fn translation_unit() -> String {
-    let mut src = HEADER.replace("#pragma once", "");
-    for (name, text) in FILES {
+    assemble(String::new(), FILES)
+}
+
+/// `prefix`, the shared `bf16.cuh` header once, then each of `files` without its `#include` of the header
+/// (NVRTC gets no include paths). The fast kernels' sources are assembled the same way.
+pub(crate) fn assemble(prefix: String, files: &[(&str, &str)]) -> String {
+    let mut src = prefix;
+    src.push_str(&HEADER.replace("#pragma once", ""));
+    for (name, text) in files {
         src.push_str(&format!("\n// ---- {name}\n"));
         for line in text.lines() {
             if !line.trim_start().starts_with("#include \"bf16.cuh\"") {

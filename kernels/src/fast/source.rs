@@ -1,6 +1,5 @@
 //! The fast kernels' sources, assembled into one NVRTC translation unit (NVRTC gets no include paths here).
 
-const HEADER: &str = include_str!("../../cuda/bf16.cuh");
 const FILES: &[(&str, &str)] = &[
     ("fast/fast_route.cu", include_str!("../../cuda/fast/fast_route.cu")),
     ("fast/fast_gemm.cu", include_str!("../../cuda/fast/fast_gemm.cu")),
@@ -19,18 +18,7 @@ pub const OTHERS: &[&str] = &["fr_count", "fr_scan", "fr_fill", "fc_combine", "f
 
 /// All fast kernels as one source, with the pipeline depth fixed at compile time.
 pub fn translation_unit(stages: usize) -> String {
-    let mut src = format!("#define FG_STAGES {stages}\n");
-    src.push_str(&HEADER.replace("#pragma once", ""));
-    for (name, text) in FILES {
-        src.push_str(&format!("\n// ---- {name}\n"));
-        for line in text.lines() {
-            if !line.trim_start().starts_with("#include \"bf16.cuh\"") {
-                src.push_str(line);
-                src.push('\n');
-            }
-        }
-    }
-    src
+    crate::source::assemble(format!("#define FG_STAGES {stages}\n"), FILES)
 }
 
 #[cfg(test)]
