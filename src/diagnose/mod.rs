@@ -24,21 +24,7 @@ use patterns::Pattern;
 use replay::Replay;
 
 /// Pipeline order: forward, then backward (each gradient after the intermediates it is made from).
-pub const STAGES: [&str; 13] = [
-    "fwd.h",
-    "fwd.a",
-    "fwd.o",
-    "y",
-    "bwd.do",
-    "bwd.da",
-    "bwd.dh",
-    "bwd.dx_rows",
-    "grad.topk_weights",
-    "grad.w2",
-    "grad.w13",
-    "grad.x",
-    "grad.router.weight",
-];
+pub const STAGES: [&str; 13] = crate::check::candidate::CHECKED;
 
 #[derive(Debug, Args)]
 pub struct DiagnoseArgs {
