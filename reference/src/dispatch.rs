@@ -86,7 +86,7 @@ impl RowMap {
 
     /// Gather `x[token]` for every row: the dispatched activations [M, H].
     pub fn gather(&self, x: ArrayView2<f64>) -> Array2<f64> {
-        let mut out = Array2::zeros((self.rows(), x.ncols()));
+        let mut out = crate::bigmem::zeros((self.rows(), x.ncols()));
         for (r, mut row) in out.axis_iter_mut(Axis(0)).enumerate() {
             row.assign(&x.row(self.row_token[r]));
         }
@@ -102,7 +102,7 @@ impl RowMap {
     pub fn combine(&self, rows: ArrayView2<f64>, weights: ArrayView2<f64>) -> Array2<f64> {
         let h = rows.ncols();
         let k = self.top_k;
-        let mut y = Array2::zeros((self.tokens, h));
+        let mut y = crate::bigmem::zeros((self.tokens, h));
         y.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each(|(t, mut yt)| {
             for (c, out) in yt.iter_mut().enumerate() {
                 *out = small_dot(
@@ -116,7 +116,7 @@ impl RowMap {
     /// The adjoint of [`combine`](Self::combine) in its rows argument: `out[row(t, j)] = w[t, j] · dy[t]`
     /// (one rounded product per element). This is `bwd.do`.
     pub fn dispatch_weighted(&self, dy: ArrayView2<f64>, weights: ArrayView2<f64>) -> Array2<f64> {
-        let mut out = Array2::zeros((self.rows(), dy.ncols()));
+        let mut out = crate::bigmem::zeros((self.rows(), dy.ncols()));
         out.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each(|(r, mut row)| {
             let (t, j) = (self.row_token[r], self.row_slot[r]);
             let w = weights[[t, j]];
@@ -131,7 +131,7 @@ impl RowMap {
     /// weights argument, i.e. `grad.topk_weights` when `a = dy` and `rows = o`.
     pub fn slot_dots(&self, a: ArrayView2<f64>, rows: ArrayView2<f64>) -> Array2<f64> {
         let k = self.top_k;
-        let mut out = Array2::zeros((self.tokens, k));
+        let mut out = crate::bigmem::zeros((self.tokens, k));
         out.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each(|(t, mut o)| {
             for j in 0..k {
                 if let Some(r) = self.slot_row[t * k + j] {

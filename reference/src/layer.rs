@@ -86,10 +86,33 @@ pub(crate) fn timed<T>(name: &str, f: impl FnOnce() -> T) -> T {
     if std::env::var_os("MOE_ORACLE_TIMING").is_none() {
         return f();
     }
-    let t = std::time::Instant::now();
+    let (t, cpu0) = (std::time::Instant::now(), cpu_times());
     let out = f();
-    eprintln!("[moe-oracle] {name:<22} {:8.3} s", t.elapsed().as_secs_f64());
+    let cpu1 = cpu_times();
+    eprintln!(
+        "[moe-oracle] {name:<22} {:8.3} s   (CPU user {:.2} s, system {:.2} s, page faults {})",
+        t.elapsed().as_secs_f64(),
+        cpu1.0 - cpu0.0,
+        cpu1.1 - cpu0.1,
+        cpu1.2 - cpu0.2
+    );
     out
+}
+
+/// Process CPU seconds in user and kernel mode, and minor page faults, for `MOE_ORACLE_TIMING` (system
+/// time is where fresh memory's page faults show).
+#[cfg(target_os = "linux")]
+fn cpu_times() -> (f64, f64, i64) {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let sec = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    (sec(u.ru_utime), sec(u.ru_stime), u.ru_minflt)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn cpu_times() -> (f64, f64, i64) {
+    (0.0, 0.0, 0)
 }
 
 /// Run `f(e, rows_of_e)` for every expert, rank by rank, in parallel, each writing its block of rows of
@@ -98,7 +121,7 @@ pub(crate) fn per_expert_rows<F>(rows: &RowMap, ranks: &RankLayout, width: usize
 where
     F: Fn(usize, ArrayViewMut2<f64>) + Sync,
 {
-    let mut out = Array2::zeros((rows.rows(), width));
+    let mut out = crate::bigmem::zeros((rows.rows(), width));
     let mut blocks = Vec::with_capacity(rows.experts);
     let mut rest = out.view_mut();
     for e in ranks.ranks.iter().flat_map(|r| r.experts.clone()) {
@@ -115,7 +138,7 @@ pub(crate) fn per_expert_weights<F>(shape: (usize, usize, usize), f: F) -> Array
 where
     F: Fn(usize, ArrayViewMut2<f64>) + Sync,
 {
-    let mut out = Array3::zeros(shape);
+    let mut out = crate::bigmem::zeros(shape);
     out.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each(|(e, g)| f(e, g));
     out
 }
@@ -154,7 +177,7 @@ pub fn forward(inp: &LayerInputs, opt: Options) -> Forward {
             mm(x_rows.slice(s![rows.expert_rows(e), ..]), inp.w13.index_axis(Axis(0), e), out)
         })
     });
-    let mut a = Array2::zeros((rows.rows(), idim));
+    let mut a = crate::bigmem::zeros((rows.rows(), idim));
     a.axis_iter_mut(Axis(0)).into_par_iter().zip(h.axis_iter(Axis(0))).for_each(|(mut ar, hr)| {
         for i in 0..idim {
             ar[i] = act::forward(cfg.activation, hr[i], hr[idim + i]);
@@ -187,7 +210,7 @@ pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Opti
             mm(do_.slice(s![rows.expert_rows(e), ..]), inp.w2.index_axis(Axis(0), e).t(), out)
         })
     });
-    let mut dh = Array2::zeros((rows.rows(), 2 * idim));
+    let mut dh = crate::bigmem::zeros((rows.rows(), 2 * idim));
     dh.axis_iter_mut(Axis(0))
         .into_par_iter()
         .zip(fwd.h.axis_iter(Axis(0)))

@@ -12,6 +12,7 @@
 
 pub mod accum;
 pub mod act;
+pub mod bigmem;
 pub mod config;
 pub mod dispatch;
 pub mod exact;

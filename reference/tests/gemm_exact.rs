@@ -167,3 +167,33 @@ fn every_combine_path_matches_the_reference() {
     }
     assert!(seen.contains(&1) && seen.contains(&3) && seen.contains(&4), "paths exercised: {seen:?}");
 }
+
+#[test]
+fn tiles_cover_every_entry_once() {
+    // The fast engine computes and combines the output tile by tile (64 rows by up to 1024 columns,
+    // fewer columns the more slice pairs there are); shapes here cross those edges in both directions,
+    // with tails in some tiles and not others, and write into a wider array (rows not adjacent) whose
+    // surrounding entries must stay untouched.
+    use moe_reference::gemm::matmul_nt_into;
+    use ndarray::s;
+    let cases = [
+        (Kind::Bf16, Kind::Bf16, 130, 1100, 24, Some(1)), // one slice pair: 1024-column tiles
+        (Kind::F64, Kind::Bf16, 129, 700, 40, Some(3)),   // three pairs
+        (Kind::F64, Kind::F64, 65, 250, 32, Some(4)),     // four or more pairs
+        (Kind::WideRange, Kind::Bf16, 70, 400, 17, None),
+    ];
+    for (i, (ka, kb, m, n, k, pairs)) in cases.into_iter().enumerate() {
+        let mut g = Gen(1000 + i as u64);
+        let a = fill(ka, m, k, &mut g);
+        let b = fill(kb, n, k, &mut g);
+        let plan = plan_for(a.view(), b.view());
+        if let Some(p) = pairs {
+            assert_eq!(plan.map(|p| (p.n_a * p.n_b).min(4)), Some(p), "case {i}: {plan:?}");
+        }
+        let slow = matmul_nt_with(Engine::Reference, a.view(), b.view());
+        let mut wide = Array2::from_elem((m, n + 5), f64::NAN);
+        matmul_nt_into(Engine::Ozaki, a.view(), b.view(), None, wide.slice_mut(s![.., 3..3 + n]));
+        assert_same(&wide.slice(s![.., 3..3 + n]).to_owned(), &slow);
+        assert!(wide.slice(s![.., ..3]).iter().chain(wide.slice(s![.., 3 + n..]).iter()).all(|v| v.is_nan()), "case {i} {plan:?}: wrote outside its block");
+    }
+}

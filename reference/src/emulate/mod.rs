@@ -17,7 +17,7 @@ pub mod tightness;
 pub mod operand;
 pub mod stage;
 
-use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Axis, Zip};
+use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Axis, CowArray, Ix3, Zip};
 use rayon::prelude::*;
 
 use crate::accum::{self, Model};
@@ -126,12 +126,22 @@ fn read_as(x: &Array2<f64>, st: Storage) -> Tracked {
 }
 
 /// A weight tensor rounded to `st`; its rounding errors only when any is non-zero (bf16 weights read as
-/// bf16 have none, and the bounds of a 3 GB weight need not be a 3 GB array of zeros).
-fn read_as3(x: &Array3<f64>, st: Storage) -> (Array3<f64>, Option<Array3<f64>>) {
+/// bf16 have none, and the bounds of a 3 GB weight need not be a 3 GB array of zeros). Weights already in
+/// their storage format, the usual case, are used in place: a rounded copy and its error array would
+/// be another 9.6 GB at qwen3-30b-a3b's shape, more than the benchmark machine's memory allows.
+fn read_as3(x: &Array3<f64>, st: Storage) -> (CowArray<'_, f64, Ix3>, Option<Array3<f64>>) {
+    let unchanged = |e: &f64| st.round(*e).to_bits() == e.to_bits();
+    let representable = match x.as_slice_memory_order() {
+        Some(flat) => flat.par_iter().all(unchanged),
+        None => x.iter().all(unchanged),
+    };
+    if representable {
+        return (CowArray::from(x.view()), None);
+    }
     let v = x.mapv(|e| st.round(e));
     let b = Zip::from(x).and(&v).map_collect(|&x, &v| (x - v).abs());
     let any = b.iter().any(|&e| e != 0.0);
-    (v, any.then_some(b))
+    (CowArray::from(v), any.then_some(b))
 }
 
 /// Expert `e`'s slice of a weight's bounds (zeros, without storage, when the weight is exact).
@@ -158,9 +168,9 @@ where
 {
     let outs: Vec<stage::GemmOut> = (0..rows.experts).into_par_iter().map(&f).collect();
     let m = rows.rows();
-    let mut v = Array2::zeros((m, width));
-    let mut b = Array2::zeros((m, width));
-    let mut d = Array2::zeros((m, width));
+    let mut v = crate::bigmem::zeros((m, width));
+    let mut b = crate::bigmem::zeros((m, width));
+    let mut d = crate::bigmem::zeros((m, width));
     for (e, o) in outs.iter().enumerate() {
         let r = rows.expert_rows(e);
         v.slice_mut(s![r.clone(), ..]).assign(&o.out.v);
@@ -177,9 +187,9 @@ fn per_expert_w<F>(e_n: usize, shape: (usize, usize), f: F) -> (Array3<f64>, Arr
 where
     F: Fn(usize) -> stage::GemmOut + Sync,
 {
-    let mut v = Array3::zeros((e_n, shape.0, shape.1));
-    let mut b = Array3::zeros((e_n, shape.0, shape.1));
-    let mut d = Array3::zeros((e_n, shape.0, shape.1));
+    let mut v = crate::bigmem::zeros((e_n, shape.0, shape.1));
+    let mut b = crate::bigmem::zeros((e_n, shape.0, shape.1));
+    let mut d = crate::bigmem::zeros((e_n, shape.0, shape.1));
     v.axis_iter_mut(Axis(0))
         .into_par_iter()
         .zip(b.axis_iter_mut(Axis(0)))
@@ -231,7 +241,7 @@ fn quantise_rows(name: &str, plan: &GemmPlan, x: &Array2<f64>) -> Option<Quantis
 fn routing_backward_magnitude(cfg: &crate::config::Routing, routed: &route::Routed, logits: ArrayView2<f64>, g: ArrayView2<f64>) -> Array2<f64> {
     let (t_n, e_n) = routed.scores.dim();
     let k = routed.topk_ids.ncols();
-    let mut out = Array2::zeros((t_n, e_n));
+    let mut out = crate::bigmem::zeros((t_n, e_n));
     for t in 0..t_n {
         let s = routed.scores.row(t);
         let ids: Vec<usize> = routed.topk_ids.row(t).iter().map(|&i| i as usize).collect();
@@ -322,7 +332,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     let w_b = if routed.is_some() { &w_in.b + &w_in.v.mapv(|w| 32.0 * 2f64.powi(-24) * w.abs()) } else { w_in.b.clone() };
     // Deviation of a kernel's combine weights from the emulator's: none when given, the f32 routing
     // evaluation when the kernel routes.
-    let w_d = if routed.is_some() { w_in.v.mapv(|w| 32.0 * 2f64.powi(-24) * w.abs()) } else { Array2::zeros(w_in.v.dim()) };
+    let w_d = if routed.is_some() { w_in.v.mapv(|w| 32.0 * 2f64.powi(-24) * w.abs()) } else { crate::bigmem::zeros(w_in.v.dim()) };
     let mut deviations: Vec<(String, ArrayD<f64>)> = Vec::new();
 
     let x_in = read_as(&inp.x, st.inputs);
@@ -348,8 +358,8 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
 
     // SwiGLU
     let m = rows.rows();
-    let mut a = Tracked { v: Array2::zeros((m, id)), b: Array2::zeros((m, id)) };
-    let mut a_dpre = Array2::zeros((m, id));
+    let mut a = Tracked { v: crate::bigmem::zeros((m, id)), b: crate::bigmem::zeros((m, id)) };
+    let mut a_dpre = crate::bigmem::zeros((m, id));
     a.v.axis_iter_mut(Axis(0))
         .into_par_iter()
         .zip(a.b.axis_iter_mut(Axis(0)))
@@ -383,9 +393,9 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     drop(outs);
 
     // Combine: y_t = Σ_j w_j·o_j, in slot order.
-    let mut y_raw = Array2::zeros((cfg.tokens, hd));
-    let mut y_pre = Array2::zeros((cfg.tokens, hd));
-    let mut y_dpre = Array2::zeros((cfg.tokens, hd));
+    let mut y_raw = crate::bigmem::zeros((cfg.tokens, hd));
+    let mut y_pre = crate::bigmem::zeros((cfg.tokens, hd));
+    let mut y_dpre = crate::bigmem::zeros((cfg.tokens, hd));
     y_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(y_pre.axis_iter_mut(Axis(0))).zip(y_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, ((mut yr, mut yb), mut yd))| {
         let slots: Vec<(usize, usize)> = (0..k).filter_map(|j| rows.slot_row[t * k + j].map(|r| (j, r))).collect();
         let wv: Vec<f64> = slots.iter().map(|&(j, _)| w_in.v[[t, j]]).collect();
@@ -435,9 +445,9 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     let dy_in = read_as(dy, st.inputs);
 
     // grad.topk_weights[t, j] = <dy_t, o_row>
-    let mut gtw = Array2::zeros((cfg.tokens, k));
-    let mut gtw_b = Array2::zeros((cfg.tokens, k));
-    let mut gtw_dpre = Array2::zeros((cfg.tokens, k));
+    let mut gtw = crate::bigmem::zeros((cfg.tokens, k));
+    let mut gtw_b = crate::bigmem::zeros((cfg.tokens, k));
+    let mut gtw_dpre = crate::bigmem::zeros((cfg.tokens, k));
     gtw.axis_iter_mut(Axis(0)).into_par_iter().zip(gtw_b.axis_iter_mut(Axis(0))).zip(gtw_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, ((mut g, mut gb), mut gd))| {
         for j in 0..k {
             if let Some(r) = rows.slot_row[t * k + j] {
@@ -455,9 +465,9 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     let gtw = store(gtw, gtw_b, st.grad_topk_weights);
 
     // bwd.do = w·dy per row (one f32 product).
-    let mut do_raw = Array2::zeros((m, hd));
-    let mut do_pre = Array2::zeros((m, hd));
-    let mut do_dpre = Array2::zeros((m, hd));
+    let mut do_raw = crate::bigmem::zeros((m, hd));
+    let mut do_pre = crate::bigmem::zeros((m, hd));
+    let mut do_dpre = crate::bigmem::zeros((m, hd));
     do_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(do_pre.axis_iter_mut(Axis(0))).zip(do_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(r, ((mut dr, mut db), mut dd))| {
         let (t, j) = (rows.row_token[r], rows.row_slot[r]);
         let (wv, wb, wd) = (w_in.v[[t, j]], w_b[[t, j]], w_d[[t, j]]);
@@ -487,9 +497,9 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     }
 
     // SwiGLU backward
-    let mut dh_raw = Array2::zeros((m, 2 * id));
-    let mut dh_pre = Array2::zeros((m, 2 * id));
-    let mut dh_dpre = Array2::zeros((m, 2 * id));
+    let mut dh_raw = crate::bigmem::zeros((m, 2 * id));
+    let mut dh_pre = crate::bigmem::zeros((m, 2 * id));
+    let mut dh_dpre = crate::bigmem::zeros((m, 2 * id));
     dh_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(dh_pre.axis_iter_mut(Axis(0))).zip(dh_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(r, ((mut dr, mut db), mut dd))| {
         for c in 0..id {
             let (g, u, dav) = (h.v[[r, c]], h.v[[r, id + c]], da.v[[r, c]]);
@@ -553,7 +563,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
             let mut dl_b = Array2::<f64>::zeros(dl_exact.dim());
             let mut dl_d = Array2::<f64>::zeros(dl_exact.dim());
             for j in 0..k {
-                let mut onehot = Array2::zeros((cfg.tokens, k));
+                let mut onehot = crate::bigmem::zeros((cfg.tokens, k));
                 onehot.column_mut(j).fill(1.0);
                 let col = route::backward(rcfg, routed, lg.view(), onehot.view());
                 for t in 0..cfg.tokens {
@@ -595,9 +605,9 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     };
 
     // grad.x = Σ_j dx_rows (+ router term), in slot order.
-    let mut gx_raw = Array2::zeros((cfg.tokens, hd));
-    let mut gx_pre = Array2::zeros((cfg.tokens, hd));
-    let mut gx_dpre = Array2::zeros((cfg.tokens, hd));
+    let mut gx_raw = crate::bigmem::zeros((cfg.tokens, hd));
+    let mut gx_pre = crate::bigmem::zeros((cfg.tokens, hd));
+    let mut gx_dpre = crate::bigmem::zeros((cfg.tokens, hd));
     gx_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(gx_pre.axis_iter_mut(Axis(0))).zip(gx_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, ((mut gr, mut gb), mut gd))| {
         let rs: Vec<usize> = (0..k).filter_map(|j| rows.slot_row[t * k + j]).collect();
         for c in 0..hd {

@@ -11,7 +11,7 @@
 //! trading slice GEMMs against tail work; bf16-valued operands usually need a single slice.
 
 use gemm::Parallelism;
-use ndarray::{ArrayView2, ArrayViewMut2, Axis};
+use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
 use super::slicing::{RowStats, Sliced, NEED_CAP};
@@ -106,19 +106,32 @@ pub fn plan_for(a: ArrayView2<f64>, b: ArrayView2<f64>) -> Option<OzakiPlan> {
     choose(&RowStats::of(a.view()), &RowStats::of(b.view()), a.nrows(), b.nrows(), a.ncols())
 }
 
-/// `C = A_stack · B_stackᵀ` in plain f64 (exact here by construction of the slices).
-fn f64_gemm_nt(a: &[f64], ra: usize, b: &[f64], rb: usize, k: usize) -> Vec<f64> {
-    let mut c = super::scratch::take(ra * rb); // gemm overwrites it (read_dst = false)
-    let par = if (ra * rb * k) > (1 << 22) && rayon::current_thread_index().is_none() { Parallelism::Rayon(0) } else { Parallelism::None };
-    // SAFETY: the pointers cover ra·k, rb·k and ra·rb elements with the strides given.
+/// Output tile geometry: rows of A by rows of B per tile. All `n_a·n_b` slice-pair products of a tile are
+/// computed into one buffer of about `TILE_ENTRIES` f64 and combined while it is still in cache (the
+/// products of a whole per-expert GEMM are tens of megabytes: writing them out and reading them back cost
+/// more than the GEMM itself).
+const TILE_ROWS: usize = 64;
+const TILE_ENTRIES: usize = 1 << 16;
+
+fn tile_shape(m: usize, n: usize, pairs: usize) -> (usize, usize) {
+    let mb = TILE_ROWS.min(m).max(1);
+    let nb = (TILE_ENTRIES / (pairs * mb)).max(16) / 8 * 8;
+    (mb, nb.min(n).max(1))
+}
+
+/// `dst[tm, tn] = A_rows · B_rowsᵀ` in plain f64 (exact here by construction of the slices); `a` and `b`
+/// start at the first row of the block, rows `k` apart; `dst` rows are `tn` apart.
+fn f64_gemm_block(dst: &mut [f64], a: &[f64], tm: usize, b: &[f64], tn: usize, k: usize) {
+    debug_assert!(dst.len() >= tm * tn && a.len() >= tm * k && b.len() >= tn * k);
+    // SAFETY: the pointers cover tm·k, tn·k and tm·tn elements with the strides given (asserted above).
     unsafe {
         gemm::gemm(
-            ra,
-            rb,
+            tm,
+            tn,
             k,
-            c.as_mut_ptr(),
+            dst.as_mut_ptr(),
             1,
-            rb as isize,
+            tn as isize,
             false,
             a.as_ptr(),
             1,
@@ -131,10 +144,32 @@ fn f64_gemm_nt(a: &[f64], ra: usize, b: &[f64], rb: usize, k: usize) -> Vec<f64>
             false,
             false,
             false,
-            par,
+            Parallelism::None,
         );
     }
-    c
+}
+
+/// The output's base pointer, shared by the tiles (each writes only its own entries).
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f64);
+// SAFETY: tiles are disjoint, so no entry is written by two threads.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// Through a method, so closures capture the whole (Sync) wrapper rather than the raw field.
+    fn get(self) -> *mut f64 {
+        self.0
+    }
+}
+
+/// Per-thread scratch of the tile loop.
+struct TileScratch {
+    products: Vec<f64>,
+    small: SmallSum,
+    exact: ExactSum,
+    pairs: Vec<(f64, f64)>,
+    wide: Vec<Wide>,
 }
 
 pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Extra>, mut c: ArrayViewMut2<f64>) {
@@ -153,9 +188,6 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Ex
     let xa = Sliced::split(a, &sa.emax, plan.s_a, plan.n_a);
     let xb = Sliced::split(b, &sb.emax, plan.s_b, plan.n_b);
     let t_split = t0.elapsed();
-    let stack = f64_gemm_nt(&xa.vals, plan.n_a * m, &xb.vals, plan.n_b * n, k);
-    let t_gemm = t0.elapsed();
-    let ldc = plan.n_b * n;
 
     // Captured part of A (A minus its tails), needed only for B's tail products.
     let b_has_tails = xb.tails.iter().any(|t| !t.is_empty());
@@ -181,112 +213,164 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Ex
     let ub_low: Vec<i32> = xb.unit0.iter().map(|&u| u - (plan.n_b as i32 - 1) * plan.s_b as i32).collect();
     let inv_ub: Vec<f64> = ub_low.iter().map(|&u| pow2(-u)).collect();
 
-    c.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each_init(
-        || (SmallSum::new(), ExactSum::new(), Vec::new(), Vec::new()),
-        |(small, exact, pairs, wide), (r, mut out)| {
-            let out = out.as_slice_mut().expect("standard layout");
-            let a_tails = &xa.tails[r];
-            // Each slice-pair product entry is an exact f64 (an integer number of its unit); the output
-            // entry is their exact sum, rounded once.
-            let rows: Vec<&[f64]> = (0..plan.n_a)
-                .flat_map(|i| (0..plan.n_b).map(move |j| (i * m + r) * ldc + j * n))
-                .map(|start| &stack[start..start + n])
-                .collect();
-            match rows.as_slice() {
-                [r0] => out.iter_mut().zip(r0.iter()).for_each(|(o, &v)| *o = v + 0.0),
-                [r0, r1] => out.iter_mut().zip(r0.iter().zip(r1.iter())).for_each(|(o, (&a, &b))| *o = (a + b) + 0.0),
-                [r0, r1, r2] => {
-                    for (col, o) in out.iter_mut().enumerate() {
-                        *o = sum3_rounded(r0[col], r1[col], r2[col]) + 0.0;
-                    }
-                }
-                _ => {
-                    // Four or more terms: integers on the entry's smallest unit, summed in 192 bits.
-                    let ua_low = xa.unit0[r] - (plan.n_a as i32 - 1) * plan.s_a as i32;
-                    let row_scale: Vec<f64> = (0..rows.len()).map(|p| pow2(-(ua_low + shifts[p] as i32))).collect();
-                    // Term by term over the whole row (the inner loop has one shift and one scale).
-                    wide.clear();
-                    wide.resize(n, Wide::default());
-                    for (p, row) in rows.iter().enumerate() {
-                        let (scale, shift) = (row_scale[p], shifts[p]);
-                        for ((acc, &v), &inv) in wide.iter_mut().zip(row.iter()).zip(inv_ub.iter()) {
-                            // The column scale first keeps the intermediate normal; the result is an
-                            // integer of at most 53 bits.
-                            let v = (v * inv) * scale;
-                            debug_assert!(v.abs() <= 9007199254740992.0 && v.fract() == 0.0);
-                            // SAFETY: `v` is finite and integral with |v| <= 2^53 (see above).
-                            let int: i64 = unsafe { v.to_int_unchecked() };
-                            acc.add_shifted(int, shift);
-                        }
-                    }
-                    for ((o, acc), &ub) in out.iter_mut().zip(wide.iter()).zip(ub_low.iter()) {
-                        *o = acc.round_scaled(ua_low + ub);
-                    }
+    let pairs = plan.n_a * plan.n_b;
+    let (mb, nb) = tile_shape(m, n, pairs);
+    let (row_blocks, col_blocks) = (m.div_ceil(mb), n.div_ceil(nb));
+    assert!(c.ncols() <= 1 || c.strides()[1] == 1, "output rows must be contiguous");
+    let ldc = c.strides()[0];
+    let out_base = OutPtr(c.as_mut_ptr());
+
+    let gemm_ns = std::sync::atomic::AtomicU64::new(0); // with the probe: CPU time in the slice GEMMs
+    (0..row_blocks * col_blocks).into_par_iter().for_each_init(
+        || TileScratch { products: Vec::new(), small: SmallSum::new(), exact: ExactSum::new(), pairs: Vec::new(), wide: Vec::new() },
+        |s, tile| {
+            let (r0, c0) = ((tile / col_blocks) * mb, (tile % col_blocks) * nb);
+            let (r1, c1) = ((r0 + mb).min(m), (c0 + nb).min(n));
+            let (tm, tn) = (r1 - r0, c1 - c0);
+            s.products.resize(pairs * tm * tn, 0.0);
+            let tg = probe.then(std::time::Instant::now);
+            for i in 0..plan.n_a {
+                for j in 0..plan.n_b {
+                    let p = i * plan.n_b + j;
+                    f64_gemm_block(
+                        &mut s.products[p * tm * tn..(p + 1) * tm * tn],
+                        &xa.vals[(i * m + r0) * k..],
+                        tm,
+                        &xb.vals[(j * n + c0) * k..],
+                        tn,
+                        k,
+                    );
                 }
             }
-            // Entries touched by tails or extra terms are redone with an exact accumulator.
-            let slow_cols: Box<dyn Iterator<Item = usize>> = if !a_tails.is_empty() || extra.is_some() {
-                Box::new(0..n)
-            } else {
-                Box::new(b_tail_cols.iter().copied())
+            if let Some(tg) = tg {
+                gemm_ns.fetch_add(tg.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            let (inv_ub, ub_low) = (&inv_ub[c0..c1], &ub_low[c0..c1]);
+            let tail_cols = {
+                let lo = b_tail_cols.partition_point(|&col| col < c0);
+                let hi = b_tail_cols.partition_point(|&col| col < c1);
+                &b_tail_cols[lo..hi]
             };
-            for col in slow_cols {
-                let b_tails = &xb.tails[col];
-                pairs.clear();
-                if let Some(f) = extra {
-                    f(r, col, pairs);
-                }
-                let safe = pairs.iter().all(|&(x, y)| product_is_safe(x, y))
-                    && a_tails.iter().all(|&(kk, tv)| product_is_safe(tv, b[[col, kk]]))
-                    && (b_tails.is_empty()
-                        || b_tails.iter().all(|&(kk, tv)| {
-                            a_captured.as_ref().is_some_and(|cap| product_is_safe(cap[r * k + kk], tv))
-                        }));
-                let feed = |acc: &mut dyn Accumulate| {
-                    for row in &rows {
-                        acc.add(row[col]);
-                    }
-                    for &(x, y) in pairs.iter() {
-                        acc.add_product(x, y);
-                    }
-                    for &(kk, tv) in a_tails {
-                        acc.add_product(tv, b[[col, kk]]);
-                    }
-                    if let Some(cap) = &a_captured {
-                        for &(kk, tv) in b_tails {
-                            acc.add_product(cap[r * k + kk], tv);
-                        }
-                    }
-                };
-                out[col] = if safe {
-                    small.clear();
-                    feed(small);
-                    small.round()
+            for r in r0..r1 {
+                // SAFETY: row r, columns c0..c1 of the output belong to this tile only, and lie inside `c`
+                // (rows `ldc` apart, columns contiguous).
+                let out = unsafe { std::slice::from_raw_parts_mut(out_base.get().offset(r as isize * ldc).add(c0), tn) };
+                let rows: Vec<&[f64]> =
+                    (0..pairs).map(|p| &s.products[(p * tm + (r - r0)) * tn..(p * tm + (r - r0) + 1) * tn]).collect();
+                combine_row(&rows, out, &xa, &plan, r, &shifts, inv_ub, ub_low, &mut s.wide);
+                // Entries touched by tails or extra terms are redone with an exact accumulator.
+                let a_tails = &xa.tails[r];
+                let slow_cols: Box<dyn Iterator<Item = usize>> = if !a_tails.is_empty() || extra.is_some() {
+                    Box::new(c0..c1)
                 } else {
-                    exact.clear();
-                    feed(exact);
-                    exact.round()
+                    Box::new(tail_cols.iter().copied())
                 };
+                for col in slow_cols {
+                    let b_tails = &xb.tails[col];
+                    s.pairs.clear();
+                    if let Some(f) = extra {
+                        f(r, col, &mut s.pairs);
+                    }
+                    let safe = s.pairs.iter().all(|&(x, y)| product_is_safe(x, y))
+                        && a_tails.iter().all(|&(kk, tv)| product_is_safe(tv, b[[col, kk]]))
+                        && (b_tails.is_empty()
+                            || b_tails.iter().all(|&(kk, tv)| {
+                                a_captured.as_ref().is_some_and(|cap| product_is_safe(cap[r * k + kk], tv))
+                            }));
+                    let terms = &s.pairs;
+                    let feed = |acc: &mut dyn Accumulate| {
+                        for row in &rows {
+                            acc.add(row[col - c0]);
+                        }
+                        for &(x, y) in terms.iter() {
+                            acc.add_product(x, y);
+                        }
+                        for &(kk, tv) in a_tails {
+                            acc.add_product(tv, b[[col, kk]]);
+                        }
+                        if let Some(cap) = &a_captured {
+                            for &(kk, tv) in b_tails {
+                                acc.add_product(cap[r * k + kk], tv);
+                            }
+                        }
+                    };
+                    out[col - c0] = if safe {
+                        s.small.clear();
+                        feed(&mut s.small);
+                        s.small.round()
+                    } else {
+                        s.exact.clear();
+                        feed(&mut s.exact);
+                        s.exact.round()
+                    };
+                }
             }
         },
     );
-    super::scratch::give(stack);
     if let Some(cap) = a_captured {
         super::scratch::give(cap);
     }
     if probe {
         eprintln!(
-            "gemm {m}x{n}x{k} {plan:?}: tail rows a {} b {}; stats {:?} split {:?} gemm {:?} combine {:?}",
+            "gemm {m}x{n}x{k} {plan:?}: tail rows a {} b {}; stats {:?} split {:?} tiles {mb}x{nb} gemm+combine {:?} (slice GEMMs {:?} CPU)",
             xa.tails.iter().filter(|t| !t.is_empty()).count(),
             xb.tails.iter().filter(|t| !t.is_empty()).count(),
             t_stats,
             t_split - t_stats,
-            t_gemm - t_split,
-            t0.elapsed() - t_gemm
+            t0.elapsed() - t_split,
+            std::time::Duration::from_nanos(gemm_ns.into_inner())
         );
     }
     xa.recycle();
     xb.recycle();
+}
+
+/// One output row segment from its slice-pair products (`rows[p][j]` is pair p's product for column j of
+/// the segment): each product is an exact f64 (an integer number of its unit), the entry their exact sum
+/// rounded once.
+#[allow(clippy::too_many_arguments)]
+fn combine_row(
+    rows: &[&[f64]],
+    out: &mut [f64],
+    xa: &Sliced,
+    plan: &OzakiPlan,
+    r: usize,
+    shifts: &[u32],
+    inv_ub: &[f64],
+    ub_low: &[i32],
+    wide: &mut Vec<Wide>,
+) {
+    match rows {
+        [r0] => out.iter_mut().zip(r0.iter()).for_each(|(o, &v)| *o = v + 0.0),
+        [r0, r1] => out.iter_mut().zip(r0.iter().zip(r1.iter())).for_each(|(o, (&a, &b))| *o = (a + b) + 0.0),
+        [r0, r1, r2] => {
+            for (o, ((&a, &b), &c)) in out.iter_mut().zip(r0.iter().zip(r1.iter()).zip(r2.iter())) {
+                *o = sum3_rounded(a, b, c) + 0.0;
+            }
+        }
+        _ => {
+            // Four or more terms: integers on the entry's smallest unit, summed in 192 bits.
+            let ua_low = xa.unit0[r] - (plan.n_a as i32 - 1) * plan.s_a as i32;
+            wide.clear();
+            wide.resize(out.len(), Wide::default());
+            // Term by term over the whole segment (the inner loop has one shift and one scale).
+            for (p, row) in rows.iter().enumerate() {
+                let (scale, shift) = (pow2(-(ua_low + shifts[p] as i32)), shifts[p]);
+                for ((acc, &v), &inv) in wide.iter_mut().zip(row.iter()).zip(inv_ub.iter()) {
+                    // The column scale first keeps the intermediate normal; the result is an integer of at
+                    // most 53 bits.
+                    let v = (v * inv) * scale;
+                    debug_assert!(v.abs() <= 9007199254740992.0 && v.fract() == 0.0);
+                    // SAFETY: `v` is finite and integral with |v| <= 2^53 (see above).
+                    let int: i64 = unsafe { v.to_int_unchecked() };
+                    acc.add_shifted(int, shift);
+                }
+            }
+            for ((o, acc), &ub) in out.iter_mut().zip(wide.iter()).zip(ub_low.iter()) {
+                *o = acc.round_scaled(ua_low + ub);
+            }
+        }
+    }
 }
 
 /// A 192-bit two's-complement integer: the exact sum of an entry's slice products when there are more
@@ -363,17 +447,15 @@ fn two_sum(a: f64, b: f64) -> (f64, f64) {
 }
 
 /// `x + y` rounded to odd: the nearest-even result, moved one ulp towards the exact sum when inexact and
-/// even.
+/// even. Written without branches, so that the combine's loop over a row vectorises.
 #[inline(always)]
 fn add_round_odd(x: f64, y: f64) -> f64 {
     let (s, e) = two_sum(x, y);
     let bits = s.to_bits();
-    if e != 0.0 && bits & 1 == 0 {
-        // same sign as s: the exact sum is larger in magnitude
-        f64::from_bits(if (e > 0.0) == (s > 0.0) { bits + 1 } else { bits - 1 })
-    } else {
-        s
-    }
+    let bump = e != 0.0 && bits & 1 == 0;
+    let outward = (e > 0.0) == (s > 0.0); // same sign: the exact sum is larger in magnitude
+    let delta: u64 = if bump { if outward { 1 } else { u64::MAX } } else { 0 };
+    f64::from_bits(bits.wrapping_add(delta))
 }
 
 /// `a + b + c` correctly rounded to nearest-even (Boldo and Melquiond, "Emulation of FMA and
