@@ -408,6 +408,19 @@ fn run_demo(output: &Path, seed: u64, save_case: Option<&Path>, common: &CommonA
     Ok(())
 }
 
+/// `run --demo --device cuda [--kernels K]`: the demo case through the GPU kernels (routed on the host,
+/// like any case with a router), written as a candidate file.
+fn run_demo_gpu(args: &RunArgs) -> Result<(), CliError> {
+    check_output(&args.output)?;
+    let inputs = demo::demo_inputs(1);
+    case::validate_inputs(&inputs, ReadOptions::default()).map_err(CliError::Inputs)?;
+    let cfg_json = case::config_json(&inputs.cfg);
+    let t = Instant::now();
+    let n = crate::gpu::run_on_gpu(&inputs, &cfg_json, &args.output, args.common.intermediates, args.kernels)?;
+    println!("moe-oracle run --demo --device cuda: wrote {n} tensors to {} in {:.1} ms", args.output.display(), ms(t));
+    Ok(())
+}
+
 /// `run --demo --recipe R`: the demo case under an emulated recipe.
 fn run_demo_recipe(args: &RunArgs) -> Result<(), CliError> {
     check_output(&args.output)?;
@@ -525,11 +538,12 @@ fn run_cast(args: &CastArgs) -> Result<(), CliError> {
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match &cli.command {
-        Command::Run(args) if args.kernels != crate::gpu::KernelChoice::Simple && (args.device != DeviceArg::Cuda || args.case.is_none()) => {
-            Err(crate::gpu::GpuRunError::Unsupported("--kernels fast needs --device cuda and a case file".into()).into())
+        Command::Run(args) if args.kernels != crate::gpu::KernelChoice::Simple && args.device != DeviceArg::Cuda => {
+            Err(crate::gpu::GpuRunError::Unsupported("--kernels fast needs --device cuda".into()).into())
         }
         Command::Run(args) => match (&args.case, args.demo) {
             (Some(path), false) => run_case(path, args),
+            _ if args.device == DeviceArg::Cuda => run_demo_gpu(args),
             _ if args.recipe.is_some() => run_demo_recipe(args),
             _ => run_demo(&args.output, 1, None, &args.common),
         },

@@ -43,16 +43,30 @@ fn run_routed_case_on_cuda_device() {
     run_case_on_cuda(dir.path(), routed_case(dir.path()), &["y", "grad.x", "grad.w13", "grad.w2", "grad.router.weight", "topk_weights"]);
 }
 
+/// `run --demo --device cuda`: the built-in demo case on the GPU (it used to run on the CPU silently).
+#[test]
+fn run_demo_on_cuda_device() {
+    let dir = tempfile::tempdir().unwrap();
+    run_on_cuda(dir.path(), &["--demo"], &["y", "grad.x", "grad.w13", "grad.w2", "grad.router.weight"]);
+}
+
 fn run_case_on_cuda(dir: &std::path::Path, case_path: std::path::PathBuf, compared: &[&str]) {
+    run_on_cuda(dir, &[case_path.to_str().unwrap()], compared)
+}
+
+/// `moe-oracle run SOURCE --device cuda` against `moe-oracle run SOURCE` (SOURCE: a case path or `--demo`).
+fn run_on_cuda(dir: &std::path::Path, source: &[&str], compared: &[&str]) {
     let out = dir.join("gpu.safetensors");
     let res = Command::new(env!("CARGO_BIN_EXE_moe-oracle"))
-        .args(["run", case_path.to_str().unwrap(), "-o", out.to_str().unwrap(), "--device", "cuda", "--intermediates", "-q"])
+        .arg("run")
+        .args(source)
+        .args(["-o", out.to_str().unwrap(), "--device", "cuda", "--intermediates", "-q"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&res.stderr);
     if !gpu_present() {
         assert!(!moe_kernels::gpu_required(), "REQUIRE_GPU=1 but no GPU: {stderr}");
-        eprintln!("SKIP run_on_cuda_device: no GPU; checking the error path instead");
+        eprintln!("SKIP run {source:?} --device cuda: no GPU; checking the error path instead");
         assert_eq!(res.status.code(), Some(2), "{stderr}");
         assert_eq!(stderr.lines().filter(|l| l.starts_with("error:")).count(), 1, "{stderr}");
         assert!(stderr.contains("GPU"), "{stderr}");
@@ -63,7 +77,9 @@ fn run_case_on_cuda(dir: &std::path::Path, case_path: std::path::PathBuf, compar
     // The oracle on the same case.
     let oracle_out = dir.join("oracle.safetensors");
     let res = Command::new(env!("CARGO_BIN_EXE_moe-oracle"))
-        .args(["run", case_path.to_str().unwrap(), "-o", oracle_out.to_str().unwrap(), "-q"])
+        .arg("run")
+        .args(source)
+        .args(["-o", oracle_out.to_str().unwrap(), "-q"])
         .output()
         .unwrap();
     assert_eq!(res.status.code(), Some(0));
