@@ -134,4 +134,19 @@ fn same_schedule_check_accepts_the_schedule_and_rejects_a_missing_promotion() {
     assert_eq!(check(&same, false), Some(0));
     assert_eq!(check(&same, true), Some(0));
     assert_eq!(check(&fast, true), Some(1), "a missing promotion is not the recipe's schedule");
+
+    // `diagnose --same-schedule` localises it: GEMM1 is the first stage replayed from known operands
+    // (the case's x and w13) whose result leaves the emulation by more than storage rounding.
+    let diagnose = |cand: &Path, strict: bool| {
+        let json = dir.path().join("diag.json");
+        let mut args = vec!["diagnose", p(&case), "--candidate", p(cand), "--recipe", "fp8-block", "--json", p(&json)];
+        if strict {
+            args.push("--same-schedule");
+        }
+        let o = oracle(&args);
+        let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        (o.status.code(), report["first_bad_stage"].clone())
+    };
+    assert_eq!(diagnose(&same, true), (Some(0), serde_json::Value::Null));
+    assert_eq!(diagnose(&fast, true), (Some(1), serde_json::json!("fwd.h")));
 }

@@ -56,6 +56,8 @@ pub struct Context {
     pub exact_bwd: Option<Backward>,
     pub em: Emulated,
     pub cand: Candidate,
+    /// The kernel is declared to follow the recipe's accumulation schedule (`--same-schedule`).
+    pub same_schedule: bool,
 }
 
 impl Context {
@@ -83,7 +85,7 @@ impl Context {
         let exact_bwd = case.inputs.dy.as_ref().map(|dy| layer::backward(&case.inputs, &exact_fwd, dy.view(), opt));
         let opts = emulate::EmulateOptions { keep_quantised: true, same_schedule };
         let em = emulate::run_opts(&case.inputs, &recipe, opt, opts).map_err(|e| CliError::Recipe(e.to_string()))?;
-        Ok(Context { case, case_path: case_path.to_path_buf(), recipe, exact_fwd, exact_bwd, em, cand })
+        Ok(Context { case, case_path: case_path.to_path_buf(), recipe, exact_fwd, exact_bwd, em, cand, same_schedule })
     }
 
     pub fn layout(&self) -> Layout<'_> {

@@ -43,6 +43,10 @@ pub struct DiagnoseArgs {
     /// Recipe whose bounds apply (named or a JSON file); default: the case config's `recipe`.
     #[arg(long)]
     pub recipe: Option<String>,
+    /// The kernel follows the recipe's accumulation schedule exactly, as for `check --same-schedule`:
+    /// GEMM stages replayed from known operands must then match the emulation up to storage rounding.
+    #[arg(long)]
+    pub same_schedule: bool,
 }
 
 /// One replayed stage.
@@ -213,7 +217,7 @@ pub fn run(args: &DiagnoseArgs) -> Result<(), CliError> {
     for p in [&args.json, &args.plot].into_iter().flatten() {
         check_report_path(p)?;
     }
-    let ctx = Context::load(&args.case, &args.candidate, args.recipe.as_deref())?;
+    let ctx = Context::load_with(&args.case, &args.candidate, args.recipe.as_deref(), args.same_schedule)?;
     let (d, st) = diagnose(&ctx)?;
     print!("{}", d.human());
     if let Some(j) = &args.json {

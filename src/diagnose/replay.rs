@@ -29,6 +29,10 @@ pub struct Src {
     pub b: Array2<f64>,
     pub x: Array2<f64>,
     pub from_candidate: bool,
+    /// `v` is exactly what the kernel read (a case input in its storage format, or the candidate's own
+    /// tensor), not the emulation's stand-in for a tensor the candidate lacks: then a GEMM stage can be
+    /// bounded through the emulation from the same operands, as `check` does.
+    pub known: bool,
 }
 
 impl Src {
@@ -36,7 +40,7 @@ impl Src {
     pub fn input(x: &Array2<f64>, st: Storage) -> Src {
         let v = x.mapv(|e| st.round(e));
         let b = Zip::from(x).and(&v).map_collect(|&x, &v| (x - v).abs());
-        Src { v, b, x: x.clone(), from_candidate: false }
+        Src { v, b, x: x.clone(), from_candidate: false, known: true }
     }
 
     fn rows(&self, r: std::ops::Range<usize>) -> (ArrayView2<'_, f64>, ArrayView2<'_, f64>, ArrayView2<'_, f64>) {
@@ -45,7 +49,7 @@ impl Src {
 
     fn t(&self) -> Src {
         let t = |a: &Array2<f64>| a.t().as_standard_layout().into_owned();
-        Src { v: t(&self.v), b: t(&self.b), x: t(&self.x), from_candidate: self.from_candidate }
+        Src { v: t(&self.v), b: t(&self.b), x: t(&self.x), from_candidate: self.from_candidate, known: self.known }
     }
 }
 
@@ -73,7 +77,7 @@ impl Src3 {
                 m.to_owned()
             }
         };
-        Src { v: get(&self.v), b: get(&self.b), x: get(&self.x), from_candidate: false }
+        Src { v: get(&self.v), b: get(&self.b), x: get(&self.x), from_candidate: false, known: true }
     }
 }
 
@@ -129,18 +133,56 @@ pub struct Replay<'a> {
     pub weights: Src,
 }
 
+/// A GEMM stage replayed from its operands: the emulation and the stage bound. The bound is the a-priori
+/// one; when the kernel's operands are known exactly (`known`), also at most |emulated − exact| plus the
+/// bound on |faithful kernel − emulator| from the same operands (zero operand deviation: only summation
+/// order, none under `--same-schedule`, and storage rounding), the bound `check` uses.
+#[allow(clippy::too_many_arguments)]
+fn gemm_bounded(
+    plan: &GemmPlan,
+    a: ArrayView2<f64>,
+    ab: ArrayView2<f64>,
+    b: ArrayView2<f64>,
+    bb: ArrayView2<f64>,
+    st: Storage,
+    known: bool,
+    exact: &Array2<f64>,
+) -> (stage::Tracked, Array2<f64>) {
+    if !known {
+        let out = gemm_stage(plan, a, ab, b, bb, st).out;
+        let bound = out.b.clone();
+        return (out, bound);
+    }
+    let (za, zb) = (Array2::<f64>::zeros(a.dim()), Array2::<f64>::zeros(b.dim()));
+    let res = stage::gemm_stage_with(plan, a, ab, Some(za.view()), b, bb, Some(zb.view()), st);
+    let dev = res.dev.expect("deviations were requested");
+    let out = res.out;
+    let mut bound = out.b.clone();
+    Zip::from(&mut bound).and(&out.v).and(exact).and(&dev).for_each(|o, &v, &x, &d| {
+        let through = ((v - x).abs() + d) * (1.0 + 2f64.powi(-50)) + f64::MIN_POSITIVE;
+        if through < *o {
+            *o = through;
+        }
+    });
+    (out, bound)
+}
+
 impl<'a> Replay<'a> {
     pub fn new(ctx: &'a Context) -> Result<Replay<'a>, CliError> {
-        let plans = Plans::parse(&ctx.recipe)?;
+        let mut plans = Plans::parse(&ctx.recipe)?;
+        for p in [&mut plans.gemm1, &mut plans.gemm2, &mut plans.dgrad2, &mut plans.wgrad2, &mut plans.dgrad1, &mut plans.wgrad1] {
+            p.same_schedule = ctx.same_schedule;
+        }
         let st = &ctx.recipe.storage;
         let inp = &ctx.case.inputs;
         let rows = &ctx.exact_fwd.rows;
         let x = Src::input(&inp.x, st.inputs);
-        let x_rows = Src { v: rows.gather(x.v.view()), b: rows.gather(x.b.view()), x: rows.gather(x.x.view()), from_candidate: false };
+        let x_rows = Src { v: rows.gather(x.v.view()), b: rows.gather(x.b.view()), x: rows.gather(x.x.view()), from_candidate: false, known: true };
         let mut weights = Src::input(&ctx.exact_fwd.topk_weights, st.weights);
         if ctx.exact_fwd.routed.is_some() {
             // As the emulator: a kernel that routes itself computes its weights in f32.
             weights.b = &weights.b + &weights.v.mapv(|w| 32.0 * 2f64.powi(-24) * w.abs());
+            weights.known = false;
         }
         Ok(Replay {
             ctx,
@@ -158,13 +200,13 @@ impl<'a> Replay<'a> {
     pub fn src(&self, name: &str) -> Option<Src> {
         if let Some(c) = self.ctx.cand.get2(name) {
             let v = c.to_owned();
-            return Some(Src { b: Array2::zeros(v.dim()), x: v.clone(), v, from_candidate: true });
+            return Some(Src { b: Array2::zeros(v.dim()), x: v.clone(), v, from_candidate: true, known: true });
         }
         let em = &self.ctx.em;
         let v = named_tensor(&em.fwd, em.bwd.as_ref(), name)?.into_dimensionality().ok()?.to_owned();
         let b = em.bound(name)?.view().into_dimensionality().ok()?.to_owned();
         let x = self.ctx.exact(name)?.into_dimensionality().ok()?.to_owned();
-        Some(Src { v, b, x, from_candidate: false })
+        Some(Src { v, b, x, from_candidate: false, known: false })
     }
 
     fn kappa(&self, n: usize) -> f64 {
@@ -185,10 +227,11 @@ impl<'a> Replay<'a> {
             }
             let (av, ab, ax) = a.rows(r.clone());
             let b = w.expert(e, transpose);
-            let out = gemm_stage(plan, av, ab, b.v.view(), b.b.view(), st).out;
-            bound.slice_mut(s![r.clone(), ..]).assign(&out.b);
+            let x = gemm::matmul_nt(ax, b.x.view());
+            let (out, bnd) = gemm_bounded(plan, av, ab, b.v.view(), b.b.view(), st, a.known, &x);
+            bound.slice_mut(s![r.clone(), ..]).assign(&bnd);
             emulated.slice_mut(s![r.clone(), ..]).assign(&out.v);
-            exact.slice_mut(s![r, ..]).assign(&gemm::matmul_nt(ax, b.x.view()));
+            exact.slice_mut(s![r, ..]).assign(&x);
         }
         (bound, exact, emulated)
     }
@@ -211,10 +254,11 @@ impl<'a> Replay<'a> {
             let (av, ab, ax) = a.rows(r.clone());
             let (bv, bb, bx) = b.rows(r);
             let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
-            let out = gemm_stage(plan, t(av).view(), t(ab).view(), t(bv).view(), t(bb).view(), st).out;
-            bound.index_axis_mut(Axis(0), e).assign(&out.b);
+            let x = gemm::matmul_nt(ax.t(), bx.t());
+            let (out, bnd) = gemm_bounded(plan, t(av).view(), t(ab).view(), t(bv).view(), t(bb).view(), st, a.known && b.known, &x);
+            bound.index_axis_mut(Axis(0), e).assign(&bnd);
             emulated.index_axis_mut(Axis(0), e).assign(&out.v);
-            exact.index_axis_mut(Axis(0), e).assign(&gemm::matmul_nt(ax.t(), bx.t()));
+            exact.index_axis_mut(Axis(0), e).assign(&x);
         }
         (bound, exact, emulated)
     }
@@ -243,7 +287,7 @@ impl<'a> Replay<'a> {
         }
         let dl_b = dl_b * (1.0 + 1e-12) + mag * (64.0 * 2f64.powi(-24)) + 2f64.powi(-140);
         let dl = store(dl_v, dl_b, Storage::F32);
-        Some((Src { v: dl.v, b: dl.b, x: dl_x.clone(), from_candidate: gtw.from_candidate }, dl_x))
+        Some((Src { v: dl.v, b: dl.b, x: dl_x.clone(), from_candidate: gtw.from_candidate, known: false }, dl_x))
     }
 
     fn f32_plan() -> GemmPlan {
