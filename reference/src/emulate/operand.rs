@@ -218,8 +218,11 @@ impl OperandPlan {
             let fallback = !(lo > 0.0 && hi.is_finite()) || hi > lo * 1.25;
             (lo, hi, fallback)
         });
-        let (hi_m, lo_m) = magnitude_bounds(v, d, 1.0);
-        let apriori = if scales.iter().any(|s| s.2) { Some(self.fed_error(hi_m.view(), lo_m.view()) + &d) } else { None };
+        // The a-priori fallback only when some block needs it (the magnitude arrays are weight-sized).
+        let apriori = scales.iter().any(|s| s.2).then(|| {
+            let (hi_m, lo_m) = magnitude_bounds(v, d, 1.0);
+            self.fed_error(hi_m.view(), lo_m.view()) + &d
+        });
         Array2::from_shape_fn((rows, cols), |(r, c)| {
             let b = self.block_of(r, c);
             let (s_lo, s_hi, fallback) = scales[b];

@@ -13,7 +13,7 @@
 //! GEMMs of non-negative matrices, made upper bounds by their own error factor.
 
 use gemm::Parallelism;
-use ndarray::{Array2, ArrayView2, Zip};
+use ndarray::{Array2, ArrayView2, CowArray, Ix2, Zip};
 
 use crate::accum::{self, Model, TensorCore};
 use crate::formats::Format;
@@ -240,42 +240,50 @@ pub fn gemm_stage_with(
     };
 
     // The bound.
-    let fed = |v: ArrayView2<f64>, e: ArrayView2<f64>, p: &Option<OperandPlan>| -> (Array2<f64>, Array2<f64>) {
-        let (m_exact, _) = magnitude_bounds(v, e, 1.0);
+    // Per operand: `m` ≥ |exact| and the error `e` of what is fed (None: exactly zero, e.g. a weight read
+    // in its own storage format, whose bound is a broadcast zero). Weight operands are 3M elements per
+    // expert here, so no array is made that is not needed.
+    let fed = |v: ArrayView2<f64>, e: ArrayView2<f64>, p: &Option<OperandPlan>| -> (Array2<f64>, Option<Array2<f64>>) {
+        let m_exact = Zip::from(v).and(e).map_collect(|&v, &e| v.abs() + e);
         let err = match p {
             Some(p) => {
                 let (hi, lo) = magnitude_bounds(v, e, 2.0);
-                p.fed_error(hi.view(), lo.view()) + &e
+                let mut err = p.fed_error(hi.view(), lo.view());
+                err += &e;
+                Some(err)
             }
-            None => e.to_owned(),
+            None if is_zero_broadcast(&e) => None,
+            None => Some(e.to_owned()),
         };
         (m_exact, err)
     };
     let (ma, ea) = fed(a, ab, &plan.a);
     let (mb, eb) = fed(b, bb, &plan.b);
-    let s = abs_gemm_nt((&ma + &ea).view(), (&mb + &eb).view(), false);
+    let (ta, tb) = (plus(&ma, ea.as_ref()), plus(&mb, eb.as_ref()));
+    let s = abs_gemm_nt(ta.view(), tb.view(), false);
     let p0 = abs_gemm_nt(ma.view(), mb.view(), true);
     let kappa = accumulation_coefficient(&plan.model, k) + ORACLE_SLACK;
     let under = underflow_term(k);
     let mut pre = s.clone();
     Zip::from(&mut pre).and(&s).and(&p0).for_each(|pre, &s, &p0| *pre = (s - p0).max(0.0) + kappa * s + under);
     let mut dev_pre = if ad.is_some() || bd.is_some() {
-        let zeros_a = Array2::<f64>::zeros(a.dim());
-        let zeros_b = Array2::<f64>::zeros(b.dim());
-        let ad = ad.unwrap_or(zeros_a.view());
-        let bd = bd.unwrap_or(zeros_b.view());
+        let zero = Array2::<f64>::zeros((1, 1));
+        let zeros = |dim| zero.broadcast(dim).expect("a 1x1 array broadcasts");
+        let ad = ad.unwrap_or_else(|| zeros(a.dim()));
+        let bd = bd.unwrap_or_else(|| zeros(b.dim()));
+        // Fed magnitudes and their deviations (None: exactly zero).
         let fed = |v: ArrayView2<f64>, d: ArrayView2<f64>, p: &Option<OperandPlan>, q: &Option<QuantTensor>| match (p, q) {
-            (Some(p), Some(q)) => (q.dequantize().mapv(f64::abs), p.fed_deviation(v, d, q)),
-            _ => (v.mapv(f64::abs), d.to_owned()),
+            (Some(p), Some(q)) => (q.dequantize().mapv(f64::abs), Some(p.fed_deviation(v, d, q))),
+            _ => (v.mapv(f64::abs), (!is_zero_broadcast(&d)).then(|| d.to_owned())),
         };
         let (fa, fda) = fed(a, ad, &plan.a, &qa);
         let (fb, fdb) = fed(b, bd, &plan.b, &qb);
-        let exact_inputs = fda.iter().chain(fdb.iter()).all(|&x| x == 0.0);
+        let exact_inputs = fda.iter().chain(fdb.iter()).all(|d| d.iter().all(|&x| x == 0.0));
         if exact_inputs && plan.same_schedule {
             // Same fed operands, same schedule: the same bits.
             Some(Array2::zeros((a.nrows(), b.nrows())))
         } else {
-            let s1 = abs_gemm_nt((&fa + &fda).view(), (&fb + &fdb).view(), false);
+            let s1 = abs_gemm_nt(plus(&fa, fda.as_ref()).view(), plus(&fb, fdb.as_ref()).view(), false);
             let s0 = abs_gemm_nt(fa.view(), fb.view(), true);
             let orders = if plan.same_schedule { 0.0 } else { 2.0 * accumulation_coefficient(&plan.model, k) };
             let mut dp = s1.clone();
@@ -292,8 +300,8 @@ pub fn gemm_stage_with(
         // A subnormal operand aligns at its format's lowest normal exponent, so a product's alignment
         // exponent may exceed its magnitude: 2^E ≤ 2^(emin_a+1)·s_a·max|b| (and symmetrically), which the
         // truncation of every term of every instruction is relative to.
-        let row_max = |m: &Array2<f64>| m.rows().into_iter().map(|r| r.iter().fold(0.0f64, |x, &y| x.max(y))).collect::<Vec<f64>>();
-        let (amax, bmax) = (row_max(&(&ma + &ea)), row_max(&(&mb + &eb)));
+        let row_max = |m: &CowArray<f64, Ix2>| m.rows().into_iter().map(|r| r.iter().fold(0.0f64, |x, &y| x.max(y))).collect::<Vec<f64>>();
+        let (amax, bmax) = (row_max(&ta), row_max(&tb));
         let scale_max = |q: &Option<QuantTensor>, rows: usize| -> Vec<f64> {
             match q {
                 Some(q) if fed_as_codes => row_scales(q, rows).rows().into_iter().map(|r| 2.0 * r.iter().fold(0.0f64, |x, &y| x.max(y))).collect(),
@@ -313,6 +321,19 @@ pub fn gemm_stage_with(
     }
     let dev = dev_pre.map(|dp| store_dev(&raw, dp, st));
     GemmOut { out: store(raw, pre, st), dev, qa, qb }
+}
+
+/// A broadcast view of zeros (how exact operands' bounds are passed): no storage behind it.
+fn is_zero_broadcast(e: &ArrayView2<f64>) -> bool {
+    e.strides().iter().all(|&s| s == 0) && e.iter().next().is_none_or(|&x| x == 0.0)
+}
+
+/// `m + e` elementwise, or `m` itself when `e` is exactly zero (None).
+fn plus<'a>(m: &'a Array2<f64>, e: Option<&Array2<f64>>) -> CowArray<'a, f64, Ix2> {
+    match e {
+        Some(e) => CowArray::from(m + e),
+        None => CowArray::from(m.view()),
+    }
 }
 
 /// The exponent of the smallest normal value of an operand format (where its subnormals align).
