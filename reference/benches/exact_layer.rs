@@ -46,6 +46,10 @@ fn plain_gemm(m: usize, n: usize, k: usize, a: &[f64], b: &[f64], c: &mut [f64])
     }
 }
 
+/// The same allocator as the `moe-oracle` binary (see its `main.rs`), so the times are what users see.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let tokens = args
