@@ -1,6 +1,6 @@
 //! The tensor-core model, fast: operands decomposed once into (alignment exponent, integer significand),
 //! outputs computed in panels of [`NR`] columns so that every step of an instruction is the same integer
-//! operation on `NR` lanes (the compiler vectorises it), rows in parallel with rayon.
+//! operation on `NR` lanes (the compiler vectorises it), panels in parallel with rayon.
 //!
 //! Per instruction and lane: `x_k = ea_k + eb_k` (alignment exponents), `E = max(x_k, e(C))`; the
 //! product of the integer significands `p_k = ma_k·mb_k·2^L` (L = n - Ma - Mb, so `p_k` counts units of
@@ -271,17 +271,31 @@ fn gemm_nt_lanes(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales:
         return slow_gemm(t, a, b, scales);
     };
     let bp = panels(&db, n, k, shift);
-    c.as_slice_mut().expect("fresh array").par_chunks_mut(n).enumerate().for_each(|(i, out)| {
-        if wide {
-            // SAFETY: the CPU has the features `row_wide` is compiled for (checked at run time).
-            #[cfg(target_arch = "x86_64")]
-            unsafe {
-                row_wide(t, &da, i, &bp, n, scales, out)
+    // Panel by panel, every row of A against one panel of B (k x 16 lanes, 256 KiB at K = 2048) while it
+    // is in cache: row by row over all of B streamed the whole of B from memory once per row of A.
+    let np = n.div_ceil(NR);
+    let mut cols: Vec<Vec<f64>> = (0..np)
+        .into_par_iter()
+        .map(|p| {
+            let mut out = vec![0.0f64; m * NR];
+            if wide {
+                // SAFETY: the CPU has the features `panel_wide` is compiled for (checked at run time).
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    panel_wide(t, &da, m, &bp, p, n, scales, &mut out)
+                }
+            } else {
+                panel_rows(t, &da, m, &bp, p, n, scales, &mut out)
             }
-        } else {
-            row(t, &da, i, &bp, n, scales, out)
+            out
+        })
+        .collect();
+    for (p, block) in cols.iter_mut().enumerate() {
+        let w = NR.min(n - p * NR);
+        for (i, lanes) in block.chunks_exact(NR).enumerate() {
+            c.row_mut(i).as_slice_mut().expect("fresh array")[p * NR..p * NR + w].copy_from_slice(&lanes[..w]);
         }
-    });
+    }
     c
 }
 
@@ -301,19 +315,21 @@ fn wide_lanes_available() -> bool {
     }
 }
 
-/// [`row`] compiled for AVX-512 (one 16-lane register per quantity instead of two 8-lane ones): the same
-/// code, so the same results.
+/// [`panel_rows`] compiled for AVX-512 (one 16-lane register per quantity instead of two 8-lane ones):
+/// the same code, so the same results.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx512cd")]
-unsafe fn row_wide(t: &TensorCore, a: &Operand, i: usize, bp: &Panels, n: usize, scales: Option<Scales>, out: &mut [f64]) {
-    row(t, a, i, bp, n, scales, out)
+#[allow(clippy::too_many_arguments)]
+unsafe fn panel_wide(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut [f64]) {
+    panel_rows(t, a, m, bp, p, n, scales, out)
 }
 
-/// Output row `i`, panel by panel.
+/// Panel `p` (output columns `p·NR ..`) for every row of A: `out[i·NR + l]`.
 #[inline(always)]
-fn row(t: &TensorCore, a: &Operand, i: usize, bp: &Panels, n: usize, scales: Option<Scales>, out: &mut [f64]) {
+#[allow(clippy::too_many_arguments)]
+fn panel_rows(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut [f64]) {
     let k = bp.k;
-    for p in 0..n.div_ceil(NR) {
+    for i in 0..m {
         let lanes = match scales {
             None => chain(t, a, i, bp, p, 0, k),
             Some((sa, sb, kb)) => {
@@ -331,7 +347,7 @@ fn row(t: &TensorCore, a: &Operand, i: usize, bp: &Panels, n: usize, scales: Opt
             }
         };
         for l in 0..NR.min(n - p * NR) {
-            out[p * NR + l] = f64::from(lanes[l]);
+            out[i * NR + l] = f64::from(lanes[l]);
         }
     }
 }
