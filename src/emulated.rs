@@ -109,7 +109,7 @@ pub fn execute(
     if write_bounds {
         for (name, b) in &em.bounds {
             if common.intermediates || !name.starts_with("fwd.") && !name.starts_with("bwd.") {
-                tensors.push((format!("bound.{name}"), TensorData::F64(b.clone().into())));
+                tensors.push((format!("bound.{name}"), TensorData::F64(b.mapv(f64::from).into())));
             }
         }
     }
@@ -127,7 +127,7 @@ pub fn execute(
             let (Some(g), Some(x)) = (named_tensor(&em.fwd, em.bwd.as_ref(), name), named_tensor(&fwd, bwd.as_ref(), name)) else {
                 continue;
             };
-            let s = tightness(name, g, x, b.view());
+            let s = tightness(name, g, x, b.mapv(f64::from).view());
             let _ = writeln!(o, "  {:<20} {:>10.3e} {:>10.3e} {:>10.3e} {:>8} {:>10}", name, s.median, s.p99, s.max, s.violations, s.elements);
         }
     }

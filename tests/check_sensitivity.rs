@@ -39,7 +39,7 @@ fn relative_detection_thresholds_per_recipe() {
             let rel = |b: &ndarray::ArrayD<f64>, x: &ndarray::ArrayD<f64>| {
                 median(b.iter().zip(x.iter()).filter(|(_, &x)| x != 0.0).map(|(&b, &x)| b / x.abs()).collect())
             };
-            let whole = rel(bd, &ex.to_owned());
+            let whole = rel(&bd.mapv(f64::from), &ex.to_owned());
             let stage = rel(&st.bound, &st.exact);
             println!("| {recipe} | {name} | {whole:.2e} | {stage:.2e} |");
             assert!(stage <= 2.0 * whole, "{recipe} {name}: replay bound {stage} vs end-to-end {whole}");

@@ -9,13 +9,15 @@
 //! results are bit-identical with or without it (and on other systems this is a plain zeroed allocation).
 
 use ndarray::{Array, Dimension, IntoDimension};
+use num_traits::Zero;
 
 /// Allocations smaller than this are left alone: they hold at most a few huge pages.
 const ADVISE_FROM_BYTES: usize = 8 << 20;
 
 /// A zero-filled array of the given shape (standard layout).
-pub fn zeros<Sh>(shape: Sh) -> Array<f64, Sh::Dim>
+pub fn zeros<T, Sh>(shape: Sh) -> Array<T, Sh::Dim>
 where
+    T: Zero + Clone,
     Sh: IntoDimension,
     Sh::Dim: Dimension,
 {
@@ -26,9 +28,9 @@ where
 
 /// `len` zeros. `vec![0.0; len]` takes memory from `calloc`, which for large sizes maps fresh, untouched
 /// pages, so the advice below reaches them before their first fault.
-pub fn zeroed_vec(len: usize) -> Vec<f64> {
-    let v = vec![0.0f64; len];
-    advise_huge(v.as_ptr() as usize, len * std::mem::size_of::<f64>());
+pub fn zeroed_vec<T: Zero + Clone>(len: usize) -> Vec<T> {
+    let v = vec![T::zero(); len];
+    advise_huge(v.as_ptr() as usize, len * std::mem::size_of::<T>());
     v
 }
 
@@ -58,11 +60,11 @@ fn advise_huge(_start: usize, _bytes: usize) {}
 mod tests {
     #[test]
     fn zeros_have_the_shape_and_are_zero() {
-        let a = super::zeros((3usize, 5usize));
+        let a = super::zeros::<f64, _>((3usize, 5usize));
         assert_eq!(a.dim(), (3, 5));
         assert!(a.is_standard_layout());
-        let big = super::zeros((2usize, 1usize << 10, 1usize << 10)); // 16 MiB: advised
-        assert_eq!(big.dim(), (2, 1024, 1024));
+        let big = super::zeros::<f32, _>((2usize, 1usize << 11, 1usize << 10)); // 16 MiB: advised
+        assert_eq!(big.dim(), (2, 2048, 1024));
         assert!(big.iter().all(|&v| v == 0.0));
     }
 }

@@ -37,6 +37,7 @@ fn check_sound(inp: &LayerInputs, recipe: &Recipe) -> Vec<emulate::tightness::Ti
         let exact = named_tensor(&fwd, Some(&bwd), name).unwrap_or_else(|| panic!("{name} not in the oracle"));
         let cand = named_tensor(&other.fwd, other.bwd.as_ref(), name).unwrap();
         let check = em.check_bound(name, exact.view()).unwrap();
+        let bound = bound.mapv(f64::from);
         for (what, got, bound) in [("a-priori", got.view(), bound.view()), ("check", cand.view(), check.view())] {
             let t = tightness(name, got.view(), exact.view(), bound.view());
             if t.violations > 0 {

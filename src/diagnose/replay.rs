@@ -204,7 +204,7 @@ impl<'a> Replay<'a> {
         }
         let em = &self.ctx.em;
         let v = named_tensor(&em.fwd, em.bwd.as_ref(), name)?.into_dimensionality().ok()?.to_owned();
-        let b = em.bound(name)?.view().into_dimensionality().ok()?.to_owned();
+        let b = em.bound(name)?.view().into_dimensionality().ok()?.mapv(f64::from);
         let x = self.ctx.exact(name)?.into_dimensionality().ok()?.to_owned();
         Some(Src { v, b, x, from_candidate: false, known: false })
     }
@@ -373,7 +373,7 @@ impl<'a> Replay<'a> {
             "bwd.do" => {
                 // Only case inputs feed it: the check's comparison is the stage's.
                 let x = ctx.exact("bwd.do")?.into_dimensionality().ok()?.to_owned();
-                let b = ctx.em.bound("bwd.do")?.view().into_dimensionality().ok()?.to_owned();
+                let b = ctx.em.bound("bwd.do")?.view().into_dimensionality().ok()?.mapv(f64::from);
                 Some(done(x, b, vec![]))
             }
             "bwd.da" => {
