@@ -162,12 +162,10 @@ fn row_scales(q: &QuantTensor, rows: usize) -> Array2<f64> {
 /// Round an accumulator to storage and grow the bound by the storage rounding.
 pub fn store(raw: Array2<f64>, pre: Array2<f64>, st: Storage) -> Tracked {
     let (u, eta) = (st.unit_roundoff(), st.underflow());
-    let mut v = raw.clone();
     let mut b = pre;
-    Zip::from(&mut v).and(&mut b).and(&raw).for_each(|v, b, &r| {
-        *v = st.round(r);
-        *b = *b + u * (r.abs() + 2.0 * *b) + eta;
-    });
+    Zip::from(&mut b).and(&raw).for_each(|b, &r| *b = *b + u * (r.abs() + 2.0 * *b) + eta);
+    let mut v = raw; // rounded in place: no copy of a possibly weight-sized array
+    v.mapv_inplace(|r| st.round(r));
     Tracked { v, b }
 }
 
@@ -261,11 +259,13 @@ pub fn gemm_stage_with(
     let (mb, eb) = fed(b, bb, &plan.b);
     let (ta, tb) = (plus(&ma, ea.as_ref()), plus(&mb, eb.as_ref()));
     let s = abs_gemm_nt(ta.view(), tb.view(), false);
-    let p0 = abs_gemm_nt(ma.view(), mb.view(), true);
+    let mut p0 = abs_gemm_nt(ma.view(), mb.view(), true);
     let kappa = accumulation_coefficient(&plan.model, k) + ORACLE_SLACK;
     let under = underflow_term(k);
-    let mut pre = s.clone();
-    Zip::from(&mut pre).and(&s).and(&p0).for_each(|pre, &s, &p0| *pre = (s - p0).max(0.0) + kappa * s + under);
+    // In place over p0 (a weight gradient's outputs are 3M entries per expert: no array more than needed).
+    Zip::from(&mut p0).and(&s).for_each(|p, &s| *p = (s - *p).max(0.0) + kappa * s + under);
+    drop(s);
+    let mut pre = p0;
     let mut dev_pre = if ad.is_some() || bd.is_some() {
         let zero = Array2::<f64>::zeros((1, 1));
         let zeros = |dim| zero.broadcast(dim).expect("a 1x1 array broadcasts");
@@ -284,11 +284,10 @@ pub fn gemm_stage_with(
             Some(Array2::zeros((a.nrows(), b.nrows())))
         } else {
             let s1 = abs_gemm_nt(plus(&fa, fda.as_ref()).view(), plus(&fb, fdb.as_ref()).view(), false);
-            let s0 = abs_gemm_nt(fa.view(), fb.view(), true);
+            let mut dp = abs_gemm_nt(fa.view(), fb.view(), true); // s0, overwritten in place
             let orders = if plan.same_schedule { 0.0 } else { 2.0 * accumulation_coefficient(&plan.model, k) };
-            let mut dp = s1.clone();
-            Zip::from(&mut dp).and(&s1).and(&s0).for_each(|d, &s1, &s0| {
-                let ops = if exact_inputs { 0.0 } else { (s1 - s0).max(0.0) };
+            Zip::from(&mut dp).and(&s1).for_each(|d, &s1| {
+                let ops = if exact_inputs { 0.0 } else { (s1 - *d).max(0.0) };
                 *d = ops + orders * s1 + 2.0 * under
             });
             Some(dp)
