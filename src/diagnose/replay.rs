@@ -9,7 +9,7 @@
 //! [`moe_reference::emulate::act_bound`]).
 
 use moe_reference::accum::Model;
-use moe_reference::emulate::act_bound;
+use moe_reference::emulate::{act_bound, through_emulation};
 use moe_reference::emulate::stage::{self, accumulation_coefficient, dot_bound, gemm_stage, store, underflow_term, GemmPlan};
 use moe_reference::exact::small_dot;
 use moe_reference::gemm::{self, Engine};
@@ -153,13 +153,15 @@ fn gemm_bounded(
         let bound = out.b.clone();
         return (out, bound);
     }
-    let (za, zb) = (Array2::<f64>::zeros(a.dim()), Array2::<f64>::zeros(b.dim()));
-    let res = stage::gemm_stage_with(plan, a, ab, Some(za.view()), b, bb, Some(zb.view()), st);
+    // Zero operand deviations, as broadcasts (the stage then makes no zero arrays of operand size).
+    let zero = Array2::<f64>::zeros((1, 1));
+    let zeros = |dim| zero.broadcast(dim).expect("a 1x1 array broadcasts");
+    let res = stage::gemm_stage_with(plan, a, ab, Some(zeros(a.dim())), b, bb, Some(zeros(b.dim())), st);
     let dev = res.dev.expect("deviations were requested");
     let out = res.out;
     let mut bound = out.b.clone();
     Zip::from(&mut bound).and(&out.v).and(exact).and(&dev).for_each(|o, &v, &x, &d| {
-        let through = ((v - x).abs() + d) * (1.0 + 2f64.powi(-50)) + f64::MIN_POSITIVE;
+        let through = through_emulation(v, x, d);
         if through < *o {
             *o = through;
         }

@@ -274,7 +274,7 @@ fn gemm_nt_lanes(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales:
     // Panel by panel, every row of A against one panel of B (k x 16 lanes, 256 KiB at K = 2048) while it
     // is in cache: row by row over all of B streamed the whole of B from memory once per row of A.
     let np = n.div_ceil(NR);
-    let mut cols: Vec<Vec<f64>> = (0..np)
+    let cols: Vec<Vec<f64>> = (0..np)
         .into_par_iter()
         .map(|p| {
             let mut out = vec![0.0f64; m * NR];
@@ -290,7 +290,7 @@ fn gemm_nt_lanes(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales:
             out
         })
         .collect();
-    for (p, block) in cols.iter_mut().enumerate() {
+    for (p, block) in cols.iter().enumerate() {
         let w = NR.min(n - p * NR);
         for (i, lanes) in block.chunks_exact(NR).enumerate() {
             c.row_mut(i).as_slice_mut().expect("fresh array")[p * NR..p * NR + w].copy_from_slice(&lanes[..w]);

@@ -84,9 +84,9 @@ impl Emulated {
         match self.deviation(name) {
             Some(d) if d.shape() == b.shape() && exact.shape() == b.shape() => {
                 Zip::from(&mut out).and(&v).and(&exact).and(d).for_each(|o, &v, &x, &d| {
-                    let through = ((v - x).abs() + f64::from(d)) * (1.0 + 2f64.powi(-50)) + f64::MIN_POSITIVE;
+                    let through = through_emulation(v, x, f64::from(d));
                     if through < *o {
-                        *o = through;
+                        *o = through; // (not f64::min: a NaN bound stays NaN)
                     }
                 });
                 Some(out)
@@ -94,6 +94,13 @@ impl Emulated {
             _ => Some(out),
         }
     }
+}
+
+/// The bound on |faithful kernel − exact| through the emulation, from the emulated value `v`, the exact
+/// `x` and the deviation bound `d` (triangle inequality), made an upper bound of its own f64 evaluation.
+#[inline]
+pub fn through_emulation(v: f64, x: f64, d: f64) -> f64 {
+    ((v - x).abs() + d) * (1.0 + 2f64.powi(-50)) + f64::MIN_POSITIVE
 }
 
 /// The recipe's six GEMMs, parsed.
