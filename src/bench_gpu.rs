@@ -230,13 +230,15 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     if t == 0 {
         return Err(fail("--tokens must be positive".into()));
     }
-    let mut engines: Vec<(bool, bool, bool)> = Vec::new();
+    // (row GEMMs on wgmma, weight gradients on wgmma, weights read as stored, persistent warp-specialised)
+    let mut engines: Vec<(bool, bool, bool, bool)> = Vec::new();
     for name in args.engines.split(',').map(str::trim) {
         engines.push(match name {
-            "mma" => (false, false, false),
-            "wgmma-t" => (true, true, false),
-            "wgmma" => (true, true, true),
-            _ => return Err(fail(format!("unknown engine {name:?} (mma, wgmma-t, wgmma)"))),
+            "mma" => (false, false, false, false),
+            "wgmma-t" => (true, true, false, false),
+            "wgmma" => (true, true, true, false),
+            "ws" => (true, true, true, true),
+            _ => return Err(fail(format!("unknown engine {name:?} (mma, wgmma-t, wgmma, ws)"))),
         });
     }
     let gpu = Gpu::open(0).map_err(gpu_err)?;
@@ -252,17 +254,17 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
 
     let mut results = Vec::new();
     let mut failures: Vec<String> = Vec::new();
-    // (row GEMMs on wgmma, weight gradients on wgmma, weights read as stored)
     if !kern.wgmma {
         engines.retain(|e| !e.0);
         if engines.is_empty() {
             return Err(fail(format!("the wgmma engines need an sm_90a GPU; this one compiles for {}", kern.arch)));
         }
     }
-    for &(wgmma, wgrad, direct) in &engines {
+    for &(wgmma, wgrad, direct, persistent) in &engines {
         layer.use_wgmma(wgmma).map_err(gpu_err)?;
         layer.use_wgmma_wgrad(wgrad).map_err(gpu_err)?;
         layer.use_wgmma_direct(direct).map_err(gpu_err)?;
+        layer.use_persistent(persistent).map_err(gpu_err)?;
         let (fwd, both, failure) = measure(&mut layer, args, &ids, &w, (h, i, e, k))?;
         match failure {
             None => results.push((layer.engine(), fwd, both)),

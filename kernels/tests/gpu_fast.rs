@@ -42,7 +42,7 @@ fn same(a: &FastTrace, b: &FastTrace) -> Result<(), String> {
 /// Run one case twice (the second time on fresh buffers poisoned with NaN), demand bitwise equality, and
 /// check the first run fully against the oracle. Returns (worst error/bound, elements checked).
 #[allow(clippy::too_many_arguments)]
-fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct): (bool, bool, bool), seed: u64, t: usize, h: usize, i: usize, e: usize, k: usize, act: Activation, unused: f64) -> (f64, usize) {
+fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persistent): Engine, seed: u64, t: usize, h: usize, i: usize, e: usize, k: usize, act: Activation, unused: f64) -> (f64, usize) {
     let (_cfg, x, w13, w2, ids, w) = case(seed, t, h, i, e, k, act, unused);
     let mut g = moe_kernels::check::Gen(seed.wrapping_mul(31).wrapping_add(7) | 1);
     let dy: Vec<f64> = (0..t * h).map(|_| g.bf16(0.5)).collect();
@@ -50,11 +50,12 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct): (bool, 
     let ids_v: Vec<i32> = ids.iter().copied().collect();
     let w_v: Vec<f32> = w.iter().copied().collect();
     let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
-    let run = |poison: bool| -> FastTrace {
+    let run = |(wgmma, wgrad_wgmma, direct, persistent): Engine, poison: bool| -> FastTrace {
         let mut layer = FastLayer::new(gpu, kern, dims, act, &ids_v, &w_v).expect("layer");
         layer.use_wgmma(wgmma).expect("engine");
         layer.use_wgmma_wgrad(wgrad_wgmma).expect("engine");
         layer.use_wgmma_direct(direct).expect("engine");
+        layer.use_persistent(persistent).expect("engine");
         layer.upload(&xb, &w13b, &w2b, &dyb).expect("upload");
         if poison {
             layer.poison_outputs().expect("poison");
@@ -63,24 +64,39 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct): (bool, 
         layer.backward().expect("backward");
         layer.trace().expect("trace")
     };
-    let first = run(false);
-    let second = run(true);
+    let engine = (wgmma, wgrad_wgmma, direct, persistent);
+    let first = run(engine, false);
+    let second = run(engine, true);
     if let Err(msg) = same(&first, &second) {
-        panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}, wgmma {wgmma}/{wgrad_wgmma}/{direct}): not deterministic or an element left unwritten: {msg}");
+        panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}, wgmma {wgmma}/{wgrad_wgmma}/{direct}/{persistent}): not deterministic or an element left unwritten: {msg}");
+    }
+    if persistent {
+        // same tiles and k order as the plain kernels of the same engine: the results must be bitwise theirs
+        let plain = run((wgmma, wgrad_wgmma, direct, false), false);
+        if let Err(msg) = same(&first, &plain) {
+            panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): the persistent GEMMs differ from the plain ones: {msg}");
+        }
     }
     let host = HostCase { dims, act, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids: &ids_v, weights: &w_v };
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads };
     match check(&host, &first, &scope) {
         Ok(r) => (r.worst, r.elements),
-        Err(msg) => panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}, {act:?}, wgmma {wgmma}/{wgrad_wgmma}/{direct}): {msg}"),
+        Err(msg) => panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}, {act:?}, wgmma {wgmma}/{wgrad_wgmma}/{direct}/{persistent}): {msg}"),
     }
 }
 
-/// The engines to test, as (row GEMMs on wgmma, weight gradients on wgmma, weights read as stored with the
-/// row-wise SwiGLU backward): mma.sync always, the wgmma variants where the GPU has them.
-fn engines(kern: &FastKernels) -> Vec<(bool, bool, bool)> {
-    if kern.wgmma { vec![(false, false, false), (true, false, false), (true, true, false), (true, true, true)] } else { vec![(false, false, false)] }
+/// An engine: (row GEMMs on wgmma, weight gradients on wgmma, weights read as stored with the row-wise
+/// SwiGLU backward, those GEMMs as persistent warp-specialised kernels).
+type Engine = (bool, bool, bool, bool);
+
+/// The engines to test: mma.sync always, the wgmma variants where the GPU has them.
+fn engines(kern: &FastKernels) -> Vec<Engine> {
+    if kern.wgmma {
+        vec![(false, false, false, false), (true, false, false, false), (true, true, false, false), (true, true, true, false), (true, true, true, true)]
+    } else {
+        vec![(false, false, false, false)]
+    }
 }
 
 fn kernels_for(gpu: &Gpu) -> FastKernels {
@@ -119,7 +135,7 @@ fn fast_layer_matches_the_oracle_on_edge_shapes() {
             worst = worst.max(w);
             elements += n;
         }
-        eprintln!("engine (wgmma rows, wgmma wgrad, weights as stored) = {wgmma:?}: {} cases passed", cases.len());
+        eprintln!("engine (wgmma rows, wgmma wgrad, weights as stored, persistent) = {wgmma:?}: {} cases passed", cases.len());
     }
     eprintln!("{elements} elements checked in all, worst error/bound {worst:.3}");
 }

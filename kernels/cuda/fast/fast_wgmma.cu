@@ -92,54 +92,61 @@ __device__ __forceinline__ void wg_fence_acc(float* d) {
     for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// One k-tile (64 deep) of a warpgroup's 64 x 256 accumulators: four m64n256k16 from the stage at sA (this
+// warpgroup's 64 lines already added) and sB. KIND 0: A and B K-major; 1: A K-major, B MN-major (weights read
+// as stored); 2: both MN-major (weight gradients).
+template <int KIND>
+__device__ __forceinline__ void wg_mma_ktile(float* d, unsigned sA, unsigned sB) {
+#pragma unroll
+    for (int kk = 0; kk < WG_BK / 16; ++kk) {
+        if (KIND == 0)
+            wgmma_m64n256k16(d, wg_desc(sA + kk * 32), wg_desc(sB + kk * 32));
+        else if (KIND == 1)
+            wgmma_m64n256k16_bt(d, wg_desc(sA + kk * 32), wg_desc_mn(sB + kk * 2048));
+        else
+            wgmma_m64n256k16_tt(d, wg_desc_mn(sA + kk * 2048), wg_desc_mn(sB + kk * 2048));
+    }
+}
+
+// Loads by 256 threads (the plain kernels) unroll fully; by the 128 producer threads of the persistent kernels
+// (fast_ws.cu), which run with few registers, two iterations at a time.
+#define WG_LOAD_UNROLL(NT) ((NT) >= 256 ? 16 : 2)
+
+// Row GEMMs: load the stage (A: rows m0..m_end gathered by index, k0..k0+64; B: the expert's weights for output
+// columns n0..n0+256) with NT threads, thread index tid. Out-of-range chunks are zero-filled.
 // B_MN: B read N-contiguous (the weight as stored, [k][n] per expert) through MN-major descriptors, so the
 // data-gradient GEMMs need no transposed copy of the weights.
-template <int EPI, bool B_MN>
-__device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
-    extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
-    // 1024-byte alignment of the tiles (the host adds 1 KiB of slack to the dynamic size)
-    unsigned raw = smem_u32(wg_smem_raw);
-    unsigned char* smem = wg_smem_raw + ((1024u - (raw & 1023u)) & 1023u);
-    const unsigned sbase = smem_u32(smem);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
-
-    if ((int)blockIdx.y >= *p.tile_count) return;
-    const int* tl = p.tiles + 3 * blockIdx.y;
-    const int e = tl[0], m0 = tl[1], m_end = tl[2];
-    const int n0 = blockIdx.x * WG_BN;
+template <int EPI, bool B_MN, int NT>
+__device__ __forceinline__ void wg_load_rows(const FastGemmParams& p, unsigned sA, unsigned sB, const bf16_t* b_base, int m0, int m_end, int n0, int k0, int tid) {
     const int k_end = p.k_dim;
-    const bf16_t* b_base = p.b + (long long)e * p.b_estride;
     const int n_lines = (EPI == EPI_SWIGLU_FWD) ? p.inter : p.n_dim;
-
-    auto load_stage = [&](int stage, int k0) {
-        unsigned sA = sbase + stage * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {  // A: 128 lines x 8 chunks
-            int ci = tid + i * 256;
-            int line = ci >> 3, ch = ci & 7;
-            int m = m0 + line, k = k0 + ch * 8;
-            bool ok = m < m_end && k < k_end;
-            long long src = ok ? (p.a_idx ? p.a_idx[m] : m) : 0;
-            cp_async16(sA + 2 * swz<8>(line, ch), p.a + src * p.lda + (ok ? k : 0), ok);
+#pragma unroll(WG_LOAD_UNROLL(NT))
+    for (int i = 0; i < 1024 / NT; ++i) {  // A: 128 lines x 8 chunks
+        int ci = tid + i * NT;
+        int line = ci >> 3, ch = ci & 7;
+        int m = m0 + line, k = k0 + ch * 8;
+        bool ok = m < m_end && k < k_end;
+        long long src = ok ? (p.a_idx ? p.a_idx[m] : m) : 0;
+        cp_async16(sA + 2 * swz<8>(line, ch), p.a + src * p.lda + (ok ? k : 0), ok);
+    }
+    if (B_MN) {
+#pragma unroll(WG_LOAD_UNROLL(NT))
+        for (int i = 0; i < 2048 / NT; ++i) {  // B: 64 k lines x 256 n (4 blocks of 64), N-contiguous
+            int ci = tid + i * NT;
+            int line = ci >> 5, ch = ci & 31;
+            int k = k0 + line, n = n0 + ch * 8;
+            bool ok = k < k_end && n < p.n_dim;
+            cp_async16(sB + (ch >> 3) * 8192 + 2 * swz<8>(line, ch & 7), b_base + (ok ? (long long)k * p.ldb + n : 0), ok);
         }
-        if (B_MN) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {  // B: 64 k lines x 256 n (4 blocks of 64), N-contiguous
-                int ci = tid + i * 256;
-                int line = ci >> 5, ch = ci & 31;
-                int k = k0 + line, n = n0 + ch * 8;
-                bool ok = k < k_end && n < p.n_dim;
-                cp_async16(sB + (ch >> 3) * 8192 + 2 * swz<8>(line, ch & 7), b_base + (ok ? (long long)k * p.ldb + n : 0), ok);
-            }
-        } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {  // B: 256 lines x 8 chunks, K-contiguous
-            int ci = tid + i * 256;
+    } else {
+#pragma unroll(WG_LOAD_UNROLL(NT))
+        for (int i = 0; i < 2048 / NT; ++i) {  // B: 256 lines x 8 chunks, K-contiguous
+            int ci = tid + i * NT;
             int line = ci >> 3, ch = ci & 7;
             int k = k0 + ch * 8;
             int nrow;
             bool ok;
-            if (EPI == EPI_SWIGLU_FWD) {
+            if (EPI == EPI_SWIGLU_FWD) {  // gate and up rows of one intermediate index interleaved in groups of 8
                 int grp = line >> 3, q = (n0 >> 1) + (grp >> 1) * 8 + (line & 7);
                 ok = q < p.inter;
                 nrow = (grp & 1) ? p.inter + q : q;
@@ -150,48 +157,14 @@ __device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
             ok = ok && k < k_end;
             cp_async16(sB + 2 * swz<8>(line, ch), b_base + (ok ? (long long)nrow * p.ldb + k : 0), ok);
         }
-        }
-    };
-
-    float d[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) d[i] = 0.0f;
-
-    const int nk = (k_end + WG_BK - 1) / WG_BK;
-#pragma unroll
-    for (int s = 0; s < WG_STAGES - 2; ++s) {
-        if (s < nk) load_stage(s, s * WG_BK);
-        cp_async_commit();
     }
-    for (int kt = 0; kt < nk; ++kt) {
-        cp_async_wait<WG_STAGES - 3>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        // every warpgroup has finished the wgmma of tile kt - 2 (waited below), so its stage is free
-        {
-            int nt = kt + WG_STAGES - 2;
-            if (nt < nk) load_stage(nt % WG_STAGES, nt * WG_BK);
-            cp_async_commit();
-        }
-        unsigned sA = sbase + (kt % WG_STAGES) * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
-        wg_fence_acc(d);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < WG_BK / 16; ++kk)
-            if (B_MN)
-                wgmma_m64n256k16_bt(d, wg_desc(sA + wg * (64 * 128) + kk * 32), wg_desc_mn(sB + kk * 2048));
-            else
-                wgmma_m64n256k16(d, wg_desc(sA + wg * (64 * 128) + kk * 32), wg_desc(sB + kk * 32));
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-        wg_fence_acc(d);
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    wg_fence_acc(d);
-    cp_async_wait<0>();
+}
 
-    // accumulator d[4j + c]: row wg*64 + wq*16 + lane/4 + 8*(c/2), col 8j + 2*(lane%4) + c%2
-    const int r_in = wg * 64 + wq * 16 + (lane >> 2), c_in = (lane & 3) * 2;
+// Row GEMMs' epilogue from a warpgroup's accumulators: d[4j + c] is row r_in + 8*(c/2) (r_in = 64-row group
+// + 16 * warp in group + lane/4), column 8j + c_in + c%2 of the 128 x 256 tile at (m0, n0). n_tile / n_tiles:
+// the column tile's index and count (the SwiGLU backward's per-tile partial sums).
+template <int EPI>
+__device__ __forceinline__ void wg_epilogue_rows(const FastGemmParams& p, float* d, int m0, int m_end, int n0, int r_in, int c_in, int lane, int n_tile, int n_tiles) {
     if (EPI == EPI_STORE) {
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
@@ -221,7 +194,10 @@ __device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
                 if (n < p.n_dim) *(float2*)(crow + n) = make_float2(d[4 * j + 2 * hf], d[4 * j + 2 * hf + 1]);
             }
         }
-    } else if (EPI == EPI_SWIGLU_FWD) {
+    } else if (EPI == EPI_SWIGLU_FWD || EPI == EPI_SWIGLU_FWD_SPLIT) {
+        // gate and up accumulators of intermediate index q: blocks 2jp and 2jp + 1 (interleaved B tile) or
+        // jp and jp + 16 (split B tile)
+        constexpr int G = (EPI == EPI_SWIGLU_FWD) ? 2 : 1, U = (EPI == EPI_SWIGLU_FWD) ? 1 : 16;
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
             int r = m0 + r_in + hf * 8;
@@ -235,8 +211,8 @@ __device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
                 bf16_t gb[2], ub[2], ab[2];
 #pragma unroll
                 for (int c = 0; c < 2; ++c) {
-                    gb[c] = f32_to_bf16(d[4 * (2 * jp) + 2 * hf + c]);
-                    ub[c] = f32_to_bf16(d[4 * (2 * jp + 1) + 2 * hf + c]);
+                    gb[c] = f32_to_bf16(d[4 * (G * jp) + 2 * hf + c]);
+                    ub[c] = f32_to_bf16(d[4 * (G * jp + U) + 2 * hf + c]);
                     ab[c] = f32_to_bf16(swiglu_f(bf16_to_f32(gb[c]), bf16_to_f32(ub[c]), p.alpha, p.clamp_limit));
                 }
                 if (q + 1 < p.inter) {
@@ -298,77 +274,37 @@ __device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
             }
             rowdot += __shfl_xor_sync(0xffffffffu, rowdot, 1);
             rowdot += __shfl_xor_sync(0xffffffffu, rowdot, 2);
-            if (live && (lane & 3) == 0) p.ds_part[(long long)r * gridDim.x + blockIdx.x] = rowdot;
+            if (live && (lane & 3) == 0) p.ds_part[(long long)r * n_tiles + n_tile] = rowdot;
         }
     }
 }
-// Weight gradients on wgmma: dW_e[m, n] = Σ_{r of e} A[srcA(r), m] · B[srcB(r), n] over the expert's rows, both
-// operands MN-major (read as stored: rows of dH, gathered rows of X or dY, rows of A'), grid.z = expert, any
-// row count (zero rows store exact zeros). Same pipeline as wg_gemm.
-__device__ __forceinline__ void wg_wgrad_body(const FastGemmParams& p) {
-    extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
-    unsigned raw = smem_u32(wg_smem_raw);
-    unsigned char* smem = wg_smem_raw + ((1024u - (raw & 1023u)) & 1023u);
-    const unsigned sbase = smem_u32(smem);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
-    const int e = blockIdx.z, m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * WG_BN;
-    const int k_begin = p.offsets[e], k_end = p.offsets[e + 1];
 
-    auto load_stage = [&](int stage, int k0) {
-        unsigned sA = sbase + stage * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {  // A: 64 k lines x 128 m (2 blocks of 64)
-            int ci = tid + i * 256;
-            int line = ci >> 4, ch = ci & 15;
-            int k = k0 + line, m = m0 + ch * 8;
-            bool ok = k < k_end && m < p.m_dim;
-            long long src = ok ? (p.a_idx ? p.a_idx[k] : k) : 0;
-            cp_async16(sA + (ch >> 3) * 8192 + 2 * swz<8>(line, ch & 7), p.a + src * p.lda + (ok ? m : 0), ok);
-        }
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {  // B: 64 k lines x 256 n (4 blocks of 64)
-            int ci = tid + i * 256;
-            int line = ci >> 5, ch = ci & 31;
-            int k = k0 + line, n = n0 + ch * 8;
-            bool ok = k < k_end && n < p.n_dim;
-            long long src = ok ? (p.b_idx ? p.b_idx[k] : k) : 0;
-            cp_async16(sB + (ch >> 3) * 8192 + 2 * swz<8>(line, ch & 7), p.b + src * p.ldb + (ok ? n : 0), ok);
-        }
-    };
-
-    float d[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) d[i] = 0.0f;
-    const int nk = (k_end - k_begin + WG_BK - 1) / WG_BK;
-#pragma unroll
-    for (int s = 0; s < WG_STAGES - 2; ++s) {
-        if (s < nk) load_stage(s, k_begin + s * WG_BK);
-        cp_async_commit();
+// Weight gradients: load the stage (k lines = the expert's rows k0..k_end gathered by index; A: 128 m, B: 256
+// n, both MN-major) with NT threads.
+template <int NT>
+__device__ __forceinline__ void wg_load_wgrad(const FastGemmParams& p, unsigned sA, unsigned sB, int m0, int n0, int k0, int k_end, int tid) {
+#pragma unroll(WG_LOAD_UNROLL(NT))
+    for (int i = 0; i < 1024 / NT; ++i) {  // A: 64 k lines x 128 m (2 blocks of 64)
+        int ci = tid + i * NT;
+        int line = ci >> 4, ch = ci & 15;
+        int k = k0 + line, m = m0 + ch * 8;
+        bool ok = k < k_end && m < p.m_dim;
+        long long src = ok ? (p.a_idx ? p.a_idx[k] : k) : 0;
+        cp_async16(sA + (ch >> 3) * 8192 + 2 * swz<8>(line, ch & 7), p.a + src * p.lda + (ok ? m : 0), ok);
     }
-    for (int kt = 0; kt < nk; ++kt) {
-        cp_async_wait<WG_STAGES - 3>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        {
-            int nt = kt + WG_STAGES - 2;
-            if (nt < nk) load_stage(nt % WG_STAGES, k_begin + nt * WG_BK);
-            cp_async_commit();
-        }
-        unsigned sA = sbase + (kt % WG_STAGES) * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
-        wg_fence_acc(d);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < WG_BK / 16; ++kk)
-            wgmma_m64n256k16_tt(d, wg_desc_mn(sA + wg * 8192 + kk * 2048), wg_desc_mn(sB + kk * 2048));
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-        wg_fence_acc(d);
+#pragma unroll(WG_LOAD_UNROLL(NT))
+    for (int i = 0; i < 2048 / NT; ++i) {  // B: 64 k lines x 256 n (4 blocks of 64)
+        int ci = tid + i * NT;
+        int line = ci >> 5, ch = ci & 31;
+        int k = k0 + line, n = n0 + ch * 8;
+        bool ok = k < k_end && n < p.n_dim;
+        long long src = ok ? (p.b_idx ? p.b_idx[k] : k) : 0;
+        cp_async16(sB + (ch >> 3) * 8192 + 2 * swz<8>(line, ch & 7), p.b + src * p.ldb + (ok ? n : 0), ok);
     }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    wg_fence_acc(d);
-    cp_async_wait<0>();
+}
 
-    const int r_in = wg * 64 + wq * 16 + (lane >> 2), c_in = (lane & 3) * 2;
+// Weight gradients' epilogue: bf16 stores of the warpgroup's rows of expert e's 128 x 256 tile at (m0, n0).
+__device__ __forceinline__ void wg_epilogue_wgrad(const FastGemmParams& p, const float* d, int e, int m0, int n0, int r_in, int c_in) {
     bf16_t* cbase = p.c + (long long)e * p.c_estride;
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -382,6 +318,82 @@ __device__ __forceinline__ void wg_wgrad_body(const FastGemmParams& p) {
                 *(unsigned*)(crow + n) = (unsigned)f32_to_bf16(d[4 * j + 2 * hf]) | ((unsigned)f32_to_bf16(d[4 * j + 2 * hf + 1]) << 16);
         }
     }
+}
+
+// The shared memory of the wgmma GEMMs, aligned to 1024 bytes (the host adds 1 KiB of slack to the dynamic size).
+__device__ __forceinline__ unsigned wg_smem_base() {
+    extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
+    unsigned raw = smem_u32(wg_smem_raw);
+    return raw + ((1024u - (raw & 1023u)) & 1023u);
+}
+
+// The non-persistent kernels' main loop: one 128 x 256 tile per block, 256 threads (two warpgroups) both
+// loading (cp.async, two k-tiles ahead) and computing. load(stage_A_address, stage_B_address, kt) fills the
+// stage of k-tile kt; a_off is this warpgroup's offset in the A tile. KIND as in wg_mma_ktile.
+template <int KIND, class Load>
+__device__ __forceinline__ void wg_plain_mainloop(float* d, unsigned sbase, int nk, unsigned a_off, Load load) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < WG_STAGES - 2; ++s) {
+        if (s < nk) load(sbase + s * WG_STAGE_BYTES, sbase + s * WG_STAGE_BYTES + WG_A_BYTES, s);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < nk; ++kt) {
+        cp_async_wait<WG_STAGES - 3>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        // every warpgroup has finished the wgmma of tile kt - 2 (waited below), so its stage is free
+        {
+            int nt = kt + WG_STAGES - 2;
+            if (nt < nk) {
+                unsigned sA = sbase + (nt % WG_STAGES) * WG_STAGE_BYTES;
+                load(sA, sA + WG_A_BYTES, nt);
+            }
+            cp_async_commit();
+        }
+        unsigned sA = sbase + (kt % WG_STAGES) * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
+        wg_fence_acc(d);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        wg_mma_ktile<KIND>(d, sA + a_off, sB);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        wg_fence_acc(d);
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    wg_fence_acc(d);
+    cp_async_wait<0>();
+}
+
+// Row GEMMs, blockIdx.y = row tile, blockIdx.x = column tile.
+template <int EPI, bool B_MN>
+__device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
+    if ((int)blockIdx.y >= *p.tile_count) return;
+    const int* tl = p.tiles + 3 * blockIdx.y;
+    const int e = tl[0], m0 = tl[1], m_end = tl[2];
+    const int n0 = blockIdx.x * WG_BN;
+    const bf16_t* b_base = p.b + (long long)e * p.b_estride;
+    float d[128];
+    wg_plain_mainloop<B_MN ? 1 : 0>(d, wg_smem_base(), (p.k_dim + WG_BK - 1) / WG_BK, wg * (64 * 128), [&](unsigned sA, unsigned sB, int kt) {
+        wg_load_rows<EPI, B_MN, 256>(p, sA, sB, b_base, m0, m_end, n0, kt * WG_BK, tid);
+    });
+    const int r_in = wg * 64 + wq * 16 + (lane >> 2), c_in = (lane & 3) * 2;
+    wg_epilogue_rows<EPI>(p, d, m0, m_end, n0, r_in, c_in, lane, blockIdx.x, gridDim.x);
+}
+// Weight gradients on wgmma: dW_e[m, n] = Σ_{r of e} A[srcA(r), m] · B[srcB(r), n] over the expert's rows, both
+// operands MN-major (read as stored: rows of dH, gathered rows of X or dY, rows of A'), grid.z = expert, any
+// row count (zero rows store exact zeros).
+__device__ __forceinline__ void wg_wgrad_body(const FastGemmParams& p) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
+    const int e = blockIdx.z, m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * WG_BN;
+    const int k_begin = p.offsets[e], k_end = p.offsets[e + 1];
+    float d[128];
+    wg_plain_mainloop<2>(d, wg_smem_base(), (k_end - k_begin + WG_BK - 1) / WG_BK, wg * 8192, [&](unsigned sA, unsigned sB, int kt) {
+        wg_load_wgrad<256>(p, sA, sB, m0, n0, k_begin + kt * WG_BK, k_end, tid);
+    });
+    const int r_in = wg * 64 + wq * 16 + (lane >> 2), c_in = (lane & 3) * 2;
+    wg_epilogue_wgrad(p, d, e, m0, n0, r_in, c_in);
 }
 #define WG_WGRAD_BODY wg_wgrad_body(p);
 #define WG_BODY(E) wg_gemm<E, false>(p);

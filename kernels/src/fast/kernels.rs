@@ -23,6 +23,8 @@ pub struct FastKernels {
     pub arch: &'static str,
     /// Whether the wgmma (Hopper) row GEMMs are available (sm_90a).
     pub wgmma: bool,
+    /// Streaming multiprocessors of the GPU (the persistent GEMMs' grid).
+    pub sms: usize,
 }
 
 impl FastKernels {
@@ -63,13 +65,14 @@ impl FastKernels {
         }
         let wgmma = arch == "sm_90a";
         if wgmma {
-            for &k in source::WG_GEMMS {
+            for &k in source::WG_GEMMS.iter().chain(source::WS_GEMMS) {
                 let f = module.load_function(k)?;
                 f.set_attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, source::WG_SMEM as i32)?;
                 functions.insert(k, f);
             }
         }
-        Ok(FastKernels { _module: module, functions, stages, arch, wgmma })
+        let sms = gpu.ctx.attribute(cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
+        Ok(FastKernels { _module: module, functions, stages, arch, wgmma, sms })
     }
 
     pub(super) fn f(&self, name: &str) -> &CudaFunction {

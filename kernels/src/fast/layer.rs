@@ -60,6 +60,54 @@ struct GemmParams {
 // SAFETY: plain old data with the C layout of FastGemmParams (pointers as u64, then i64s, i32s, f32s).
 unsafe impl DeviceRepr for GemmParams {}
 
+/// A TMA tensor map (`CUtensorMap`, 128 opaque bytes) as the persistent GEMMs take it: by value
+/// (`__grid_constant__ TmaDesc` in fast_ws.cu).
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Default)]
+struct TmaDesc([u64; 16]);
+// SAFETY: 128 bytes of plain data, the layout of fast_ws.cu's TmaDesc.
+unsafe impl DeviceRepr for TmaDesc {}
+
+/// A bf16 tensor map with 128-byte swizzle over `dims` (innermost first; `strides` in elements of every dim
+/// but the first) and box `boxd`: the box lands in shared memory as wgmma's 128-byte-swizzle layout, and
+/// reads past the tensor's bounds are zero-filled.
+fn tma_desc(ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<TmaDesc, GpuError> {
+    use cudarc::driver::sys::*;
+    let rank = dims.len();
+    if rank == 0 || rank > 3 || strides.len() + 1 != rank || boxd.len() != rank || dims.contains(&0) {
+        return Err(GpuError::Input(format!("tensor map: dims {dims:?}, strides {strides:?}, box {boxd:?}")));
+    }
+    let bytes: Vec<u64> = strides.iter().map(|s| s * 2).collect();
+    let ones = [1u32; 3];
+    let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
+    // SAFETY: the pointers are valid arrays of `rank` (dims, box, element strides) and `rank - 1` (strides)
+    // entries; `map` is written by the call.
+    let r = unsafe {
+        cuTensorMapEncodeTiled(
+            map.as_mut_ptr(),
+            CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            rank as u32,
+            ptr as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            bytes.as_ptr(),
+            boxd.as_ptr(),
+            ones.as_ptr(),
+            CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    if r != CUresult::CUDA_SUCCESS {
+        return Err(GpuError::Input(format!("cuTensorMapEncodeTiled failed ({r:?}) for dims {dims:?}, strides {strides:?}, box {boxd:?}")));
+    }
+    // SAFETY: initialised by the successful call above.
+    let map = unsafe { map.assume_init() };
+    let mut d = TmaDesc::default();
+    d.0.copy_from_slice(&map.opaque);
+    Ok(d)
+}
+
 /// The layer's inputs as bf16 bits: x, W13, W2, dY.
 pub type Inputs = (Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>);
 
@@ -155,6 +203,8 @@ pub struct FastLayer<'g> {
     /// wgmma data gradients reading the weights as stored (MN-major B) and the SwiGLU backward as its own
     /// row-wise kernel over dA_raw (f32), instead of transposed weights and the fused epilogue
     direct: bool,
+    /// the default engine's GEMMs as persistent warp-specialised kernels (fast_ws.cu)
+    persistent: bool,
     da_raw: CudaSlice<f32>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
 }
@@ -253,6 +303,7 @@ impl<'g> FastLayer<'g> {
             wgmma: k.wgmma,
             wgrad_wgmma: k.wgmma,
             direct: k.wgmma,
+            persistent: false,
             da_raw: zeros(gpu, if k.wgmma { rows * id } else { 1 })?,
             profile: None,
         })
@@ -318,7 +369,19 @@ impl<'g> FastLayer<'g> {
         if !on {
             self.wgrad_wgmma = false;
             self.direct = false;
+            self.persistent = false;
         }
+        Ok(())
+    }
+
+    /// Run the GEMMs of the weights-as-stored wgmma engine as persistent warp-specialised kernels (one block
+    /// per SM, a producer warpgroup feeding two consumer warpgroups; Hopper only). Same tiles and k order:
+    /// bitwise the same results.
+    pub fn use_persistent(&mut self, on: bool) -> Result<(), GpuError> {
+        if on {
+            self.use_wgmma_direct(true)?;
+        }
+        self.persistent = on;
         Ok(())
     }
 
@@ -327,6 +390,8 @@ impl<'g> FastLayer<'g> {
     pub fn use_wgmma_direct(&mut self, on: bool) -> Result<(), GpuError> {
         if on {
             self.use_wgmma_wgrad(true)?;
+        } else {
+            self.persistent = false;
         }
         self.direct = on;
         Ok(())
@@ -340,12 +405,18 @@ impl<'g> FastLayer<'g> {
         self.wgrad_wgmma = on;
         if on {
             self.wgmma = true;
+        } else {
+            self.direct = false;
+            self.persistent = false;
         }
         Ok(())
     }
 
     /// Which engines the GEMMs use.
     pub fn engine(&self) -> &'static str {
+        if self.persistent {
+            return "wgmma persistent warp-specialised (weights as stored, row-wise SwiGLU bwd)";
+        }
         match (self.wgmma, self.wgrad_wgmma, self.direct) {
             (false, _, _) => "mma.sync",
             (true, false, _) => "wgmma rows (transposed weights), mma.sync wgrad",
@@ -416,6 +487,15 @@ impl<'g> FastLayer<'g> {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(());
         }
+        if let Some(ws) = self.persistent_kernel(name) {
+            let cfg = self.persistent_config(grid);
+            let (ta, tb) = self.tensor_maps(ws, &p)?;
+            return self.launch(label, |me| {
+                // SAFETY: as below; the tensor maps describe live buffers of this layer (tensor_maps).
+                unsafe { me.gpu.stream.launch_builder(me.k.f(ws)).arg(&p).arg(&ta).arg(&tb).launch(cfg)? };
+                Ok(())
+            });
+        }
         let smem = if name.starts_with("wg_") { source::WG_SMEM as u32 } else { self.k.smem() };
         let cfg = LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem };
         self.launch(label, |me| {
@@ -424,6 +504,36 @@ impl<'g> FastLayer<'g> {
             unsafe { me.gpu.stream.launch_builder(me.k.f(name)).arg(&p).launch(cfg)? };
             Ok(())
         })
+    }
+
+    /// The persistent version of a plain wgmma GEMM, when the persistent engine is on and one exists.
+    fn persistent_kernel(&self, name: &str) -> Option<&'static str> {
+        if !self.persistent {
+            return None;
+        }
+        source::WS_GEMMS.iter().copied().find(|ws| ws.strip_prefix("ws_") == name.strip_prefix("wg_"))
+    }
+
+    /// One persistent block per SM, at most one per tile of the plain grid (an upper bound on the tiles: the
+    /// row GEMMs' tile count is known only on the device).
+    fn persistent_config(&self, grid: (usize, usize, usize)) -> LaunchConfig {
+        let blocks = (grid.0 * grid.1 * grid.2).min(self.k.sms).max(1);
+        LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (source::WS_THREADS, 1, 1), shared_mem_bytes: source::WG_SMEM as u32 }
+    }
+
+    /// The tensor maps of a persistent row GEMM: A's rows when they are not gathered (2-D, [rows][K], boxes
+    /// of 128 rows x 64 k), and the weights B (3-D over the experts): K-major [E][n][K] in boxes of 256 (GEMM1:
+    /// 128) rows x 64 k, or as stored [E][K][N] in boxes of 64 k lines x 64 columns.
+    fn tensor_maps(&self, ws: &str, p: &GemmParams) -> Result<(TmaDesc, TmaDesc), GpuError> {
+        let (k, n, e) = (p.k_dim as u64, p.n_dim as u64, self.dims.experts as u64);
+        let ta = if p.a_idx == 0 { tma_desc(p.a, &[k, self.rows.max(1) as u64], &[p.lda as u64], &[64, 128])? } else { TmaDesc::default() };
+        let tb = match ws {
+            "ws_gemm1_swiglu" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 128, 1])?,
+            "ws_rows" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 256, 1])?,
+            "ws_rows_bmn" | "ws_rows_bmn_f32" => tma_desc(p.b, &[n, k, e], &[p.ldb as u64, p.b_estride as u64], &[64, 64, 1])?,
+            _ => return Err(GpuError::Input(format!("no tensor maps for {ws}"))),
+        };
+        Ok((ta, tb))
     }
 
     fn base_params(&self) -> GemmParams {
@@ -664,17 +774,31 @@ impl<'g> FastLayer<'g> {
         })
     }
 
-    fn gemm_wgrad(&mut self, label: &'static str, grid: (usize, usize, usize), p: GemmParams) -> Result<(), GpuError> {
-        let (kernel, grid, smem) = if self.wgrad_wgmma {
-            // 128 x 256 tiles instead of 128 x 128
-            ("wg_wgrad", (grid.0.div_ceil(2), grid.1, grid.2), source::WG_SMEM as u32)
+    fn gemm_wgrad(&mut self, label: &'static str, grid: (usize, usize, usize), mut p: GemmParams) -> Result<(), GpuError> {
+        let (kernel, cfg) = if self.wgrad_wgmma && self.persistent {
+            // the expert count travels in k_dim (the k ranges come from the offsets)
+            p.k_dim = grid.2 as i32;
+            ("ws_wgrad", self.persistent_config((grid.0.div_ceil(2), grid.1, grid.2)))
         } else {
-            ("fg_wgrad", grid, self.k.smem())
+            let (kernel, grid, smem) = if self.wgrad_wgmma {
+                // 128 x 256 tiles instead of 128 x 128
+                ("wg_wgrad", (grid.0.div_ceil(2), grid.1, grid.2), source::WG_SMEM as u32)
+            } else {
+                ("fg_wgrad", grid, self.k.smem())
+            };
+            (kernel, LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem })
         };
-        let cfg = LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem };
         self.launch(label, |me| {
-            // SAFETY: as in `gemm`; grid.z = experts and offsets has E + 1 entries.
-            unsafe { me.gpu.stream.launch_builder(me.k.f(kernel)).arg(&p).launch(cfg)? };
+            let mut b = me.gpu.stream.launch_builder(me.k.f(kernel));
+            b.arg(&p);
+            // the persistent kernel's (unused) tensor-map parameters
+            let none = TmaDesc::default();
+            if kernel == "ws_wgrad" {
+                b.arg(&none).arg(&none);
+            }
+            // SAFETY: as in `gemm`; the plain kernels' grid.z = experts, the persistent one's p.k_dim = experts,
+            // and offsets has E + 1 entries.
+            unsafe { b.launch(cfg)? };
             Ok(())
         })
     }

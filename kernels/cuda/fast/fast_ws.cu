@@ -1,0 +1,314 @@
+// Persistent, warp-specialised wgmma GEMMs (sm_90a): the same tiles, k-steps and epilogues as fast_wgmma.cu,
+// fed and scheduled differently.
+//
+//   384 threads: warpgroup 0 is the producer (registers given back with setmaxnreg), warpgroups 1 and 2 are the
+//   consumers (wgmma on 64 rows each of the 128 x 256 tile, then the epilogue). Full/empty mbarriers per stage
+//   replace the block-wide __syncthreads of the plain kernels, so the producer runs up to four k-tiles ahead
+//   (the plain kernels: two) and keeps loading the next tile's first stages while the consumers run the
+//   epilogue of the current one.
+//
+//   Row GEMMs: the weight tile (B) comes by TMA (one thread, a 3-D tensor map [E][rows][cols] whose bounds
+//   zero-fill the edges), and so does A when its rows are not gathered (A's rows past the tile's end belong to
+//   another expert but only feed output rows that are never stored). Gathered A rows come by cp.async from all
+//   128 producer threads. GEMM1's weight tile is [128 gate rows; 128 up rows] (EPI_SWIGLU_FWD_SPLIT).
+//   Weight gradients: both operands by cp.async (the k lines are the expert's rows, and a TMA box would read
+//   the next expert's rows into the sum), the gathered rows' indices staged in shared memory a k-tile ahead.
+//
+//   The grid is one block per SM; block b takes tiles b, b + gridDim.x, ... of a fixed order (row tile, then
+//   column tile; for weight gradients expert, row tile, column tile). Each output tile is computed by one block
+//   with the k order of the plain kernels, so results are bitwise identical to them and run to run.
+//
+// Needs everything of fast_wgmma.cu (same translation unit).
+
+#define WS_THREADS 384
+#define WS_PRODUCER_REGS 72
+#define WS_CONSUMER_REGS 216
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// Arrive on bar once all of this thread's earlier cp.async copies have landed (counted in the barrier's
+// expected arrivals: .noinc).
+__device__ __forceinline__ void mbar_arrive_cp_async(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Wait until the phase of parity `parity` has completed (a fresh barrier counts its phase "-1", parity 1, as done).
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    }
+}
+
+// One output tile of the schedule: expert, rows [m0, m_end) (weight gradients: m0 only), columns from n0, the
+// contraction range [k_begin, k_begin + 64 * nk), and (row GEMMs) the column tile's index and count.
+struct WsTile {
+    int e, m0, m_end, n0, k_begin, k_end, nk, n_tile, n_tiles;
+};
+
+// Row GEMMs: tile t of (*tile_count row tiles) x (column tiles), column tile fastest (the row tile's gathered
+// rows stay in L2 across its column tiles; consecutive row tiles share the expert's weights).
+template <int EPI>
+__device__ __forceinline__ int ws_rows_count(const FastGemmParams& p) {
+    const int n_cols = (EPI == EPI_SWIGLU_FWD || EPI == EPI_SWIGLU_FWD_SPLIT) ? 2 * p.inter : p.n_dim;
+    return *p.tile_count * ((n_cols + WG_BN - 1) / WG_BN);
+}
+template <int EPI>
+__device__ __forceinline__ WsTile ws_rows_tile(const FastGemmParams& p, int t) {
+    const int n_cols = (EPI == EPI_SWIGLU_FWD || EPI == EPI_SWIGLU_FWD_SPLIT) ? 2 * p.inter : p.n_dim;
+    WsTile w;
+    w.n_tiles = (n_cols + WG_BN - 1) / WG_BN;
+    const int mt = t / w.n_tiles;
+    w.n_tile = t - mt * w.n_tiles;
+    const int* tl = p.tiles + 3 * mt;
+    w.e = tl[0];
+    w.m0 = tl[1];
+    w.m_end = tl[2];
+    w.n0 = w.n_tile * WG_BN;
+    w.k_begin = 0;
+    w.k_end = p.k_dim;
+    w.nk = (p.k_dim + WG_BK - 1) / WG_BK;
+    return w;
+}
+// Weight gradients: tile t of E x (row tiles of m_dim) x (column tiles of n_dim), k over the expert's rows.
+__device__ __forceinline__ int ws_wgrad_count(const FastGemmParams& p, int experts) {
+    return experts * ((p.m_dim + WG_BM - 1) / WG_BM) * ((p.n_dim + WG_BN - 1) / WG_BN);
+}
+__device__ __forceinline__ WsTile ws_wgrad_tile(const FastGemmParams& p, int t) {
+    const int mts = (p.m_dim + WG_BM - 1) / WG_BM, nts = (p.n_dim + WG_BN - 1) / WG_BN;
+    WsTile w;
+    w.e = t / (mts * nts);
+    const int rem = t - w.e * mts * nts;
+    const int mt = rem / nts;
+    w.n_tile = rem - mt * nts;
+    w.n_tiles = nts;
+    w.m0 = mt * WG_BM;
+    w.m_end = p.m_dim;
+    w.n0 = w.n_tile * WG_BN;
+    w.k_begin = p.offsets[w.e];
+    w.k_end = p.offsets[w.e + 1];
+    w.nk = (w.k_end - w.k_begin + WG_BK - 1) / WG_BK;
+    return w;
+}
+
+// A CUtensorMap (128 bytes, 64-byte aligned), passed by value as a __grid_constant__ kernel parameter.
+struct __align__(64) TmaDesc {
+    unsigned long long v[16];
+};
+
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// TMA: the box of `desc` at (c0, c1, c2) into shared memory at dst, completing `bytes` of the barrier's transaction.
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDesc* desc, int c0, int c1, int c2, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+        "l"((unsigned long long)desc), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc* desc, int c0, int c1, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                 "l"((unsigned long long)desc), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+
+// Row GEMMs, gathered A: thread tid (0..127) loads chunk tid & 7 of lines (tid >> 3) + 16 i of every k-tile
+// of a tile; the source row pointers are found once per tile.
+struct WsGatherA {
+    const bf16_t* arow[8];  // null: past the tile's rows
+    __device__ __forceinline__ void setup(const FastGemmParams& p, const WsTile& w, int tid) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int m = w.m0 + (tid >> 3) + 16 * i;
+            arow[i] = m < w.m_end ? p.a + (long long)p.a_idx[m] * p.lda + (tid & 7) * 8 : nullptr;
+        }
+    }
+    __device__ __forceinline__ void load(const FastGemmParams& p, unsigned sA, int k0, int tid) const {
+        const int ch = tid & 7;
+        const bool k_ok = k0 + ch * 8 < p.k_dim;
+        const unsigned dst = sA + (tid >> 3) * 128 + ((ch ^ ((tid >> 3) & 7)) << 4);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const bool ok = k_ok && arow[i] != nullptr;
+            cp_async16(dst + i * 2048, ok ? arow[i] + k0 : p.a, ok);
+        }
+    }
+};
+
+// Row GEMMs: the weight tile by TMA. KIND 0: K-major [E][n rows][K] (GEMM1: a gate and an up box of 128 rows);
+// KIND 1: as stored, [E][K][N], four boxes of 64 columns x 64 k lines (the MN-major blocks).
+template <int EPI, int KIND>
+__device__ __forceinline__ void ws_tma_b(const TmaDesc* tb, const FastGemmParams& p, const WsTile& w, unsigned sB, int k0, unsigned bar) {
+    if (KIND == 1) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) tma_load_3d(sB + j * 8192, tb, w.n0 + 64 * j, k0, w.e, bar);
+    } else if (EPI == EPI_SWIGLU_FWD_SPLIT) {
+        tma_load_3d(sB, tb, k0, w.n0 >> 1, w.e, bar);
+        tma_load_3d(sB + 128 * 128, tb, k0, p.inter + (w.n0 >> 1), w.e, bar);
+    } else {
+        tma_load_3d(sB, tb, k0, w.n0, w.e, bar);
+    }
+}
+
+// Weight gradients: A (128 m) and B (256 n) MN-major from the expert's rows k0..k_end, one of them gathered
+// by row index (p.a_idx or p.b_idx). Thread tid loads A chunk tid & 15 of k lines (tid >> 4) + 8 i and B chunk
+// tid & 31 of k lines (tid >> 5) + 4 i. The k-tile's 64 row indices are read from shared memory (sidx),
+// written there by threads 0..63 from a register loaded one k-tile earlier.
+struct WsWgrad {
+    const bf16_t* a;  // this thread's A column (m0 + 8 (tid & 15)), null past m_dim
+    const bf16_t* b;  // this thread's B column (n0 + 8 (tid & 31)), null past n_dim
+    __device__ __forceinline__ void setup(const FastGemmParams& p, const WsTile& w, int tid) {
+        const int m = w.m0 + (tid & 15) * 8, n = w.n0 + (tid & 31) * 8;
+        a = m < p.m_dim ? p.a + m : nullptr;
+        b = n < p.n_dim ? p.b + n : nullptr;
+    }
+    __device__ __forceinline__ void load(const FastGemmParams& p, unsigned sA, unsigned sB, int k0, int k_end, const int* sidx, int tid) const {
+        const int ca = tid & 15, cb = tid & 31;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int line = (tid >> 4) + 8 * i, k = k0 + line;
+            const bool ok = a != nullptr && k < k_end;
+            const long long r = p.a_idx ? sidx[line] : k;
+            cp_async16(sA + (ca >> 3) * 8192 + 2 * swz<8>(line, ca & 7), ok ? a + r * p.lda : p.a, ok);
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            const int line = (tid >> 5) + 4 * i, k = k0 + line;
+            const bool ok = b != nullptr && k < k_end;
+            const long long r = p.b_idx ? sidx[line] : k;
+            cp_async16(sB + (cb >> 3) * 8192 + 2 * swz<8>(line, cb & 7), ok ? b + r * p.ldb : p.b, ok);
+        }
+    }
+};
+
+// KIND: 0 row GEMMs with B K-major, 1 row GEMMs with B as stored (MN-major), 2 weight gradients.
+// ta / tb: tensor maps of A (row GEMMs with a_idx null) and B (row GEMMs).
+template <int EPI, int KIND>
+__device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* ta, const TmaDesc* tb) {
+    const unsigned sbase = wg_smem_base();
+    __shared__ __align__(8) unsigned long long bars[2 * WG_STAGES];  // full[s], then empty[s]
+    __shared__ int sidx[2][64];                                     // weight gradients: the k-tile's row indices
+    const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[WG_STAGES]);
+    const int tid = threadIdx.x, warp = tid >> 5, role = warp >> 2;
+    // who arrives on a full barrier: the TMA thread (expect_tx), and every producer thread whose cp.async
+    // copies fill part of the stage
+    const bool a_tma = KIND != 2 && p.a_idx == nullptr;
+    const bool use_tma = KIND != 2;
+    const unsigned full_count = (use_tma ? 1 : 0) + (a_tma ? 0 : 128);
+    const unsigned tx_bytes = (KIND == 2) ? 0 : (a_tma ? WG_STAGE_BYTES : WG_B_BYTES);
+    if (tid == 0) {
+        for (int s = 0; s < WG_STAGES; ++s) {
+            mbar_init(full0 + 8 * s, full_count);
+            mbar_init(empty0 + 8 * s, 8);  // lane 0 of every consumer warp, when its wgmma have read the stage
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    const int count = (KIND == 2) ? ws_wgrad_count(p, p.k_dim) : ws_rows_count<EPI>(p);
+
+    if (role == 0) {  // producer
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WS_PRODUCER_REGS));
+        unsigned it = 0;
+        WsGatherA gather;
+        WsWgrad wgrad;
+        const int* gidx = (KIND == 2) ? (p.a_idx ? p.a_idx : p.b_idx) : nullptr;
+        for (int t = blockIdx.x; t < count; t += gridDim.x) {
+            const WsTile w = (KIND == 2) ? ws_wgrad_tile(p, t) : ws_rows_tile<EPI>(p, t);
+            if (KIND == 2)
+                wgrad.setup(p, w, tid);
+            else if (!a_tma)
+                gather.setup(p, w, tid);
+            int pre = -1;  // weight gradients: the next k-tile's row index of this thread (tid < 64)
+            if (KIND == 2 && gidx && tid < 64 && w.k_begin + tid < w.k_end) pre = gidx[w.k_begin + tid];
+            for (int kt = 0; kt < w.nk; ++kt, ++it) {
+                const unsigned s = it % WG_STAGES, phase = (it / WG_STAGES) & 1;
+                const unsigned full = full0 + 8 * s;
+                const int k0 = w.k_begin + kt * WG_BK;
+                if (KIND == 2 && gidx) {  // stage the row indices (double buffer: one barrier per k-tile)
+                    if (tid < 64) sidx[it & 1][tid] = pre;
+                    producer_sync();
+                    if (tid < 64) pre = (k0 + WG_BK + tid < w.k_end) ? gidx[k0 + WG_BK + tid] : -1;
+                }
+                mbar_wait(empty0 + 8 * s, phase ^ 1);
+                const unsigned sA = sbase + s * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
+                if (KIND == 2) {
+                    wgrad.load(p, sA, sB, k0, w.k_end, sidx[it & 1], tid);
+                    mbar_arrive_cp_async(full);
+                } else {
+                    if (tid == 0) {
+                        mbar_expect_tx(full, tx_bytes);
+                        if (a_tma) tma_load_2d(sA, ta, k0, w.m0, full);
+                        ws_tma_b<EPI, KIND>(tb, p, w, sB, k0, full);
+                    }
+                    if (!a_tma) {
+                        gather.load(p, sA, k0, tid);
+                        mbar_arrive_cp_async(full);
+                    }
+                }
+            }
+        }
+        cp_async_wait<0>();
+    } else {  // consumers: warpgroup role - 1 owns rows 64 * (role - 1) .. + 64 of each tile
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WS_CONSUMER_REGS));
+        const int wg = role - 1, lane = tid & 31, wq = warp & 3;
+        const int r_in = wg * 64 + wq * 16 + (lane >> 2), c_in = (lane & 3) * 2;
+        unsigned it = 0;
+        for (int t = blockIdx.x; t < count; t += gridDim.x) {
+            const WsTile w = (KIND == 2) ? ws_wgrad_tile(p, t) : ws_rows_tile<EPI>(p, t);
+            float d[128];
+#pragma unroll
+            for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+            for (int kt = 0; kt < w.nk; ++kt, ++it) {
+                const unsigned s = it % WG_STAGES, phase = (it / WG_STAGES) & 1;
+                mbar_wait(full0 + 8 * s, phase);
+                // cp.async wrote (part of) the stage through the generic proxy; wgmma reads it through the async proxy
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                const unsigned sA = sbase + s * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
+                wg_fence_acc(d);
+                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+                if (KIND == 2)
+                    wg_mma_ktile<2>(d, sA + wg * 8192, sB);
+                else
+                    wg_mma_ktile<KIND>(d, sA + wg * (64 * 128), sB);
+                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+                wg_fence_acc(d);
+                // the k-tile before this one has been read by this warpgroup's wgmma: hand its stage back
+                if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % WG_STAGES));
+            }
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            wg_fence_acc(d);
+            if (w.nk > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % WG_STAGES));
+            if (KIND == 2)
+                wg_epilogue_wgrad(p, d, w.e, w.m0, w.n0, r_in, c_in);
+            else
+                wg_epilogue_rows<EPI>(p, d, w.m0, w.m_end, w.n0, r_in, c_in, lane, w.n_tile, w.n_tiles);
+        }
+    }
+}
+#define WS_BODY(E, K) ws_gemm<E, K>(p, &ta, &tb);
+#else
+struct __align__(64) TmaDesc {
+    unsigned long long v[16];
+};
+#define WS_BODY(E, K) __trap();
+#endif
+
+// Launched with gridDim.x = min(SMs, tiles), WS_THREADS threads and WG_SMEM bytes of dynamic shared memory,
+// with the tensor maps of A (used when p.a_idx is null) and B (row GEMMs; zeros for ws_wgrad).
+// ws_wgrad takes the expert count in p.k_dim (its k ranges come from p.offsets).
+#define WS_PARAMS const FastGemmParams p, const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_gemm1_swiglu(WS_PARAMS) { WS_BODY(EPI_SWIGLU_FWD_SPLIT, 0) }
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows(WS_PARAMS) { WS_BODY(EPI_STORE, 0) }
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows_bmn(WS_PARAMS) { WS_BODY(EPI_STORE, 1) }
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows_bmn_f32(WS_PARAMS) { WS_BODY(EPI_STORE_F32, 1) }
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_wgrad(WS_PARAMS) { WS_BODY(EPI_STORE, 2) }
