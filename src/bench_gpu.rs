@@ -44,8 +44,9 @@ pub struct BenchGpuArgs {
     #[arg(long)]
     pub baseline: Option<PathBuf>,
     /// Engines to run, comma-separated: mma (mma.sync everywhere), wgmma-t (wgmma with transposed weights and
-    /// the fused dA epilogue), wgmma (wgmma reading the weights as stored); wgmma ones need sm_90a.
-    #[arg(long, default_value = "mma,wgmma-t,wgmma")]
+    /// the fused dA epilogue), wgmma (wgmma reading the weights as stored), ws (the same GEMMs as persistent
+    /// warp-specialised kernels fed by TMA: the default engine); wgmma ones need sm_90a.
+    #[arg(long, default_value = "mma,wgmma-t,wgmma,ws")]
     pub engines: String,
     /// Random seed of the inputs.
     #[arg(long, default_value_t = 1)]

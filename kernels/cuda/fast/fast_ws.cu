@@ -11,8 +11,9 @@
 //   zero-fill the edges), and so does A when its rows are not gathered (A's rows past the tile's end belong to
 //   another expert but only feed output rows that are never stored). Gathered A rows come by cp.async from all
 //   128 producer threads. GEMM1's weight tile is [128 gate rows; 128 up rows] (EPI_SWIGLU_FWD_SPLIT).
-//   Weight gradients: both operands by cp.async (the k lines are the expert's rows, and a TMA box would read
-//   the next expert's rows into the sum), the gathered rows' indices staged in shared memory a k-tile ahead.
+//   Weight gradients (k lines = the expert's rows): the operand in row order by TMA except on the expert's
+//   partial last k-tile, the gathered one by cp.async with its row indices staged in shared memory a k-tile
+//   ahead (WsWgrad).
 //
 //   The grid is one block per SM; block b takes tiles b, b + gridDim.x, ... of a fixed order (row tile, then
 //   column tile; for weight gradients expert, row tile, column tile). Each output tile is computed by one block
@@ -159,10 +160,13 @@ __device__ __forceinline__ void ws_tma_b(const TmaDesc* tb, const FastGemmParams
     }
 }
 
-// Weight gradients: A (128 m) and B (256 n) MN-major from the expert's rows k0..k_end, one of them gathered
-// by row index (p.a_idx or p.b_idx). Thread tid loads A chunk tid & 15 of k lines (tid >> 4) + 8 i and B chunk
-// tid & 31 of k lines (tid >> 5) + 4 i. The k-tile's 64 row indices are read from shared memory (sidx),
-// written there by threads 0..63 from a register loaded one k-tile earlier.
+// Weight gradients: A (128 m) and B (256 n) MN-major from the expert's rows k0..k_end. An operand whose rows
+// are gathered (p.a_idx / p.b_idx; at most one index array, the same for both) comes by cp.async; one whose
+// rows are in order comes by TMA (boxes of 64 columns x 64 k lines, thread 0) on every k-tile that lies
+// inside the expert's rows, and by cp.async on its last, partial one (a box would read the next expert's
+// rows: 0 x Inf there would poison the sum). cp.async: thread tid loads A chunk tid & 15 of k lines
+// (tid >> 4) + 8 i and B chunk tid & 31 of k lines (tid >> 5) + 4 i; the k-tile's 64 row indices are read
+// from shared memory (sidx), written there by threads 0..63 from a register loaded one k-tile earlier.
 struct WsWgrad {
     const bf16_t* a;  // this thread's A column (m0 + 8 (tid & 15)), null past m_dim
     const bf16_t* b;  // this thread's B column (n0 + 8 (tid & 31)), null past n_dim
@@ -171,21 +175,26 @@ struct WsWgrad {
         a = m < p.m_dim ? p.a + m : nullptr;
         b = n < p.n_dim ? p.b + n : nullptr;
     }
-    __device__ __forceinline__ void load(const FastGemmParams& p, unsigned sA, unsigned sB, int k0, int k_end, const int* sidx, int tid) const {
+    // cp.async of A (unless a_tma) and B (unless b_tma)
+    __device__ __forceinline__ void load(const FastGemmParams& p, unsigned sA, unsigned sB, int k0, int k_end, const int* sidx, int tid, bool a_tma, bool b_tma) const {
         const int ca = tid & 15, cb = tid & 31;
+        if (!a_tma) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int line = (tid >> 4) + 8 * i, k = k0 + line;
-            const bool ok = a != nullptr && k < k_end;
-            const long long r = p.a_idx ? sidx[line] : k;
-            cp_async16(sA + (ca >> 3) * 8192 + 2 * swz<8>(line, ca & 7), ok ? a + r * p.lda : p.a, ok);
+            for (int i = 0; i < 8; ++i) {
+                const int line = (tid >> 4) + 8 * i, k = k0 + line;
+                const bool ok = a != nullptr && k < k_end;
+                const long long r = p.a_idx ? sidx[line] : k;
+                cp_async16(sA + (ca >> 3) * 8192 + 2 * swz<8>(line, ca & 7), ok ? a + r * p.lda : p.a, ok);
+            }
         }
+        if (!b_tma) {
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            const int line = (tid >> 5) + 4 * i, k = k0 + line;
-            const bool ok = b != nullptr && k < k_end;
-            const long long r = p.b_idx ? sidx[line] : k;
-            cp_async16(sB + (cb >> 3) * 8192 + 2 * swz<8>(line, cb & 7), ok ? b + r * p.ldb : p.b, ok);
+            for (int i = 0; i < 16; ++i) {
+                const int line = (tid >> 5) + 4 * i, k = k0 + line;
+                const bool ok = b != nullptr && k < k_end;
+                const long long r = p.b_idx ? sidx[line] : k;
+                cp_async16(sB + (cb >> 3) * 8192 + 2 * swz<8>(line, cb & 7), ok ? b + r * p.ldb : p.b, ok);
+            }
         }
     }
 };
@@ -201,10 +210,10 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
     const int tid = threadIdx.x, warp = tid >> 5, role = warp >> 2;
     // who arrives on a full barrier: the TMA thread (expect_tx), and every producer thread whose cp.async
     // copies fill part of the stage
-    const bool a_tma = KIND != 2 && p.a_idx == nullptr;
-    const bool use_tma = KIND != 2;
-    const unsigned full_count = (use_tma ? 1 : 0) + (a_tma ? 0 : 128);
-    const unsigned tx_bytes = (KIND == 2) ? 0 : (a_tma ? WG_STAGE_BYTES : WG_B_BYTES);
+    // (weight gradients: always both, the TMA thread arriving without bytes on k-tiles it does not load)
+    const bool a_tma = p.a_idx == nullptr, b_tma = KIND != 2 || p.b_idx == nullptr;
+    const unsigned full_count = (KIND == 2) ? 129 : (a_tma ? 1 : 129);
+    const unsigned tx_bytes = (a_tma ? WG_A_BYTES : 0) + (b_tma ? WG_B_BYTES : 0);
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; ++s) {
             mbar_init(full0 + 8 * s, full_count);
@@ -227,21 +236,40 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 wgrad.setup(p, w, tid);
             else if (!a_tma)
                 gather.setup(p, w, tid);
-            int pre = -1;  // weight gradients: the next k-tile's row index of this thread (tid < 64)
-            if (KIND == 2 && gidx && tid < 64 && w.k_begin + tid < w.k_end) pre = gidx[w.k_begin + tid];
+            // weight gradients: row index tid (< 64) of k-tiles kt, kt + 1, kt + 2, loaded three k-tiles ahead
+            // (a k-tile takes about as long as one memory round trip)
+            int pre[3] = {-1, -1, -1};
+            const auto fetch = [&](int kt) { return (tid < 64 && w.k_begin + kt * WG_BK + tid < w.k_end) ? gidx[w.k_begin + kt * WG_BK + tid] : -1; };
+            if (KIND == 2 && gidx)
+#pragma unroll
+                for (int j = 0; j < 3; ++j) pre[j] = fetch(j);
             for (int kt = 0; kt < w.nk; ++kt, ++it) {
                 const unsigned s = it % WG_STAGES, phase = (it / WG_STAGES) & 1;
                 const unsigned full = full0 + 8 * s;
                 const int k0 = w.k_begin + kt * WG_BK;
                 if (KIND == 2 && gidx) {  // stage the row indices (double buffer: one barrier per k-tile)
-                    if (tid < 64) sidx[it & 1][tid] = pre;
+                    if (tid < 64) sidx[it & 1][tid] = pre[0];
                     producer_sync();
-                    if (tid < 64) pre = (k0 + WG_BK + tid < w.k_end) ? gidx[k0 + WG_BK + tid] : -1;
+                    pre[0] = pre[1];
+                    pre[1] = pre[2];
+                    pre[2] = fetch(kt + 3);
                 }
                 mbar_wait(empty0 + 8 * s, phase ^ 1);
                 const unsigned sA = sbase + s * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
                 if (KIND == 2) {
-                    wgrad.load(p, sA, sB, k0, w.k_end, sidx[it & 1], tid);
+                    const bool inside = k0 + WG_BK <= w.k_end;  // the k-tile's rows are all the expert's
+                    if (tid == 0) {
+                        if (inside && tx_bytes > 0) {
+                            mbar_expect_tx(full, tx_bytes);
+                            if (a_tma)
+                                for (int j = 0; j < 2; ++j) tma_load_2d(sA + j * 8192, ta, w.m0 + 64 * j, k0, full);
+                            if (b_tma)
+                                for (int j = 0; j < 4; ++j) tma_load_2d(sB + j * 8192, tb, w.n0 + 64 * j, k0, full);
+                        } else {
+                            mbar_arrive(full);
+                        }
+                    }
+                    wgrad.load(p, sA, sB, k0, w.k_end, sidx[it & 1], tid, a_tma && inside, b_tma && inside);
                     mbar_arrive_cp_async(full);
                 } else {
                     if (tid == 0) {
@@ -262,8 +290,10 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         const int wg = role - 1, lane = tid & 31, wq = warp & 3;
         const int r_in = wg * 64 + wq * 16 + (lane >> 2), c_in = (lane & 3) * 2;
         unsigned it = 0;
+        const auto tile = [&](int t) { return (KIND == 2) ? ws_wgrad_tile(p, t) : ws_rows_tile<EPI>(p, t); };
+        WsTile next = tile(blockIdx.x < count ? blockIdx.x : 0);
         for (int t = blockIdx.x; t < count; t += gridDim.x) {
-            const WsTile w = (KIND == 2) ? ws_wgrad_tile(p, t) : ws_rows_tile<EPI>(p, t);
+            const WsTile w = next;
             float d[128];
 #pragma unroll
             for (int i = 0; i < 128; ++i) d[i] = 0.0f;
@@ -285,6 +315,8 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 // the k-tile before this one has been read by this warpgroup's wgmma: hand its stage back
                 if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % WG_STAGES));
             }
+            // the next tile's description (global loads) in flight during the last wgmma and the epilogue
+            if (t + (int)gridDim.x < count) next = tile(t + gridDim.x);
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             wg_fence_acc(d);
             if (w.nk > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % WG_STAGES));
@@ -304,7 +336,8 @@ struct __align__(64) TmaDesc {
 #endif
 
 // Launched with gridDim.x = min(SMs, tiles), WS_THREADS threads and WG_SMEM bytes of dynamic shared memory,
-// with the tensor maps of A (used when p.a_idx is null) and B (row GEMMs; zeros for ws_wgrad).
+// with the tensor maps of A (used when p.a_idx is null) and B (row GEMMs; weight gradients: when p.b_idx is
+// null).
 // ws_wgrad takes the expert count in p.k_dim (its k ranges come from p.offsets).
 #define WS_PARAMS const FastGemmParams p, const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_gemm1_swiglu(WS_PARAMS) { WS_BODY(EPI_SWIGLU_FWD_SPLIT, 0) }

@@ -303,7 +303,7 @@ impl<'g> FastLayer<'g> {
             wgmma: k.wgmma,
             wgrad_wgmma: k.wgmma,
             direct: k.wgmma,
-            persistent: false,
+            persistent: k.wgmma,
             da_raw: zeros(gpu, if k.wgmma { rows * id } else { 1 })?,
             profile: None,
         })
@@ -788,13 +788,16 @@ impl<'g> FastLayer<'g> {
             };
             (kernel, LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem })
         };
+        // the persistent kernel's tensor maps of the operands in row order ([rows][columns], boxes of 64 k lines
+        // x 64 columns); zeros for a gathered one
+        let rows = self.rows.max(1) as u64;
+        let map = |ptr: u64, idx: u64, cols: i32, ld: i64| if idx == 0 { tma_desc(ptr, &[cols as u64, rows], &[ld as u64], &[64, 64]) } else { Ok(TmaDesc::default()) };
+        let (ta, tb) = if kernel == "ws_wgrad" { (map(p.a, p.a_idx, p.m_dim, p.lda)?, map(p.b, p.b_idx, p.n_dim, p.ldb)?) } else { Default::default() };
         self.launch(label, |me| {
             let mut b = me.gpu.stream.launch_builder(me.k.f(kernel));
             b.arg(&p);
-            // the persistent kernel's (unused) tensor-map parameters
-            let none = TmaDesc::default();
             if kernel == "ws_wgrad" {
-                b.arg(&none).arg(&none);
+                b.arg(&ta).arg(&tb);
             }
             // SAFETY: as in `gemm`; the plain kernels' grid.z = experts, the persistent one's p.k_dim = experts,
             // and offsets has E + 1 entries.
