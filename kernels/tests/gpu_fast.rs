@@ -90,13 +90,24 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
 /// SwiGLU backward, those GEMMs as persistent warp-specialised kernels).
 type Engine = (bool, bool, bool, bool);
 
-/// The engines to test: mma.sync always, the wgmma variants where the GPU has them.
+/// The engines to test: mma.sync always, the wgmma variants where the GPU has them; `MOE_FAST_ENGINES=ws`
+/// (or a comma list of mma, wgmma-rows, wgmma-t, wgmma, ws) narrows the list, e.g. for a compute-sanitizer run.
 fn engines(kern: &FastKernels) -> Vec<Engine> {
-    if kern.wgmma {
-        vec![(false, false, false, false), (true, false, false, false), (true, true, false, false), (true, true, true, false), (true, true, true, true)]
+    let all: Vec<(&str, Engine)> = if kern.wgmma {
+        vec![
+            ("mma", (false, false, false, false)),
+            ("wgmma-rows", (true, false, false, false)),
+            ("wgmma-t", (true, true, false, false)),
+            ("wgmma", (true, true, true, false)),
+            ("ws", (true, true, true, true)),
+        ]
     } else {
-        vec![(false, false, false, false)]
-    }
+        vec![("mma", (false, false, false, false))]
+    };
+    let only = std::env::var("MOE_FAST_ENGINES").unwrap_or_default();
+    let chosen: Vec<Engine> = all.iter().filter(|(n, _)| only.is_empty() || only.split(',').any(|o| o.trim() == *n)).map(|&(_, e)| e).collect();
+    assert!(!chosen.is_empty(), "MOE_FAST_ENGINES={only:?} names no engine this GPU has");
+    chosen
 }
 
 fn kernels_for(gpu: &Gpu) -> FastKernels {

@@ -166,7 +166,7 @@ __device__ __forceinline__ void ws_tma_b(const TmaDesc* tb, const FastGemmParams
 // inside the expert's rows, and by cp.async on its last, partial one (a box would read the next expert's
 // rows: 0 x Inf there would poison the sum). cp.async: thread tid loads A chunk tid & 15 of k lines
 // (tid >> 4) + 8 i and B chunk tid & 31 of k lines (tid >> 5) + 4 i; the k-tile's 64 row indices are read
-// from shared memory (sidx), written there by threads 0..63 from a register loaded one k-tile earlier.
+// from shared memory (sidx, see the producer loop).
 struct WsWgrad {
     const bf16_t* a;  // this thread's A column (m0 + 8 (tid & 15)), null past m_dim
     const bf16_t* b;  // this thread's B column (n0 + 8 (tid & 31)), null past n_dim
@@ -205,7 +205,7 @@ template <int EPI, int KIND>
 __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* ta, const TmaDesc* tb) {
     const unsigned sbase = wg_smem_base();
     __shared__ __align__(8) unsigned long long bars[2 * WG_STAGES];  // full[s], then empty[s]
-    __shared__ int sidx[2][64];                                     // weight gradients: the k-tile's row indices
+    __shared__ int sidx[4][64];                                     // weight gradients: the k-tiles' row indices
     const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[WG_STAGES]);
     const int tid = threadIdx.x, warp = tid >> 5, role = warp >> 2;
     // who arrives on a full barrier: the TMA thread (expect_tx), and every producer thread whose cp.async
@@ -236,23 +236,27 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 wgrad.setup(p, w, tid);
             else if (!a_tma)
                 gather.setup(p, w, tid);
-            // weight gradients: row index tid (< 64) of k-tiles kt, kt + 1, kt + 2, loaded three k-tiles ahead
-            // (a k-tile takes about as long as one memory round trip)
-            int pre[3] = {-1, -1, -1};
-            const auto fetch = [&](int kt) { return (tid < 64 && w.k_begin + kt * WG_BK + tid < w.k_end) ? gidx[w.k_begin + kt * WG_BK + tid] : -1; };
-            if (KIND == 2 && gidx)
+            // weight gradients: the gathered rows' indices of k-tile kt sit in sidx[kt % 4], copied there by
+            // threads 0..63 (4-byte cp.async, one commit group per k-tile) three k-tiles ahead: a k-tile takes
+            // about as long as one memory round trip.
+            const auto fetch = [&](int kt) {
+                const int k = w.k_begin + kt * WG_BK + tid;
+                if (tid < 64) cp_async4(smem_u32(&sidx[kt & 3][tid]), gidx + (k < w.k_end ? k : 0), k < w.k_end);
+                cp_async_commit();
+            };
+            if (KIND == 2 && gidx) {
+                producer_sync();  // every producer thread is done with the previous tile's indices
 #pragma unroll
-                for (int j = 0; j < 3; ++j) pre[j] = fetch(j);
+                for (int j = 0; j < 3; ++j) fetch(j);
+            }
             for (int kt = 0; kt < w.nk; ++kt, ++it) {
                 const unsigned s = it % WG_STAGES, phase = (it / WG_STAGES) & 1;
                 const unsigned full = full0 + 8 * s;
                 const int k0 = w.k_begin + kt * WG_BK;
-                if (KIND == 2 && gidx) {  // stage the row indices (double buffer: one barrier per k-tile)
-                    if (tid < 64) sidx[it & 1][tid] = pre[0];
-                    producer_sync();
-                    pre[0] = pre[1];
-                    pre[1] = pre[2];
-                    pre[2] = fetch(kt + 3);
+                if (KIND == 2 && gidx) {
+                    cp_async_wait<2>();  // this thread's copy for k-tile kt has landed (kt + 1, kt + 2 may not)
+                    producer_sync();     // ... and every thread's; sidx[(kt + 3) % 4] is read by nobody now
+                    fetch(kt + 3);
                 }
                 mbar_wait(empty0 + 8 * s, phase ^ 1);
                 const unsigned sA = sbase + s * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
@@ -269,7 +273,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                             mbar_arrive(full);
                         }
                     }
-                    wgrad.load(p, sA, sB, k0, w.k_end, sidx[it & 1], tid, a_tma && inside, b_tma && inside);
+                    wgrad.load(p, sA, sB, k0, w.k_end, sidx[kt & 3], tid, a_tma && inside, b_tma && inside);
                     mbar_arrive_cp_async(full);
                 } else {
                     if (tid == 0) {
@@ -284,6 +288,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 }
             }
         }
+        cp_async_commit();  // every copy of this thread into a group, then all landed before it exits
         cp_async_wait<0>();
     } else {  // consumers: warpgroup role - 1 owns rows 64 * (role - 1) .. + 64 of each tile
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WS_CONSUMER_REGS));
