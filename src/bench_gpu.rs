@@ -160,6 +160,14 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
             l.backward()
         })
         .map_err(gpu_err)?;
+    // selective recomputation: keep only X and the routing, recompute H before the backward
+    let recompute = layer
+        .median_ms(args.reps, |l| {
+            l.forward()?;
+            l.recompute_h()?;
+            l.backward()
+        })
+        .map_err(gpu_err)?;
     // per-kernel medians from profiled passes
     layer.set_profiling(true);
     let mut per: Vec<(&'static str, Vec<f32>)> = Vec::new();
@@ -196,6 +204,12 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
         }
     }
     println!("kept for backward: {:.0} bytes per token (H rows in bf16 + routing metadata; X and dY are the caller's)", layer.bytes_kept_per_token());
+    println!(
+        "selective recomputation (keep only X + routing, {:.0} bytes per token; H recomputed before backward): forward+backward {recompute:.3} ms, +{:.3} ms ({:+.1}%)",
+        layer.bytes_kept_per_token_recompute(),
+        recompute - both,
+        100.0 * (recompute - both) / both
+    );
     let (work, grads) = layer.extra_bytes();
     println!("device memory beyond the inputs: {:.0} MiB activations + workspaces (incl. transposed weights), {:.0} MiB gradients", work as f64 / 1048576.0, grads as f64 / 1048576.0);
 

@@ -76,6 +76,16 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
         if let Err(msg) = same(&first, &plain) {
             panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): the persistent GEMMs differ from the plain ones: {msg}");
         }
+        // selective recomputation: H dropped (NaN) after forward and recomputed before backward
+        let mut layer = FastLayer::new(gpu, kern, dims, act, &ids_v, &w_v).expect("layer");
+        layer.upload(&xb, &w13b, &w2b, &dyb).expect("upload");
+        layer.forward().expect("forward");
+        layer.forget_h().expect("forget H");
+        layer.recompute_h().expect("recompute H");
+        layer.backward().expect("backward");
+        if let Err(msg) = same(&first, &layer.trace().expect("trace")) {
+            panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): backward after recompute_h differs: {msg}");
+        }
     }
     let host = HostCase { dims, act, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids: &ids_v, weights: &w_v };
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());

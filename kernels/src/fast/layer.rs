@@ -580,24 +580,8 @@ impl<'g> FastLayer<'g> {
                 Ok(())
             })?;
         }
+        self.gemm1()?;
         let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
-        let mut p = self.base_params();
-        p.a = self.ptr(&self.x);
-        p.a_idx = self.ptr(&self.row_token);
-        p.lda = hd as i64;
-        p.b = self.ptr(&self.w13);
-        p.ldb = hd as i64;
-        p.b_estride = (2 * id * hd) as i64;
-        p.c = self.ptr(&self.h);
-        p.ldc = (2 * id) as i64;
-        p.c2 = self.ptr(&self.a);
-        p.n_dim = (2 * id) as i32;
-        p.k_dim = hd as i32;
-        if self.wgmma {
-            self.gemm("wg_gemm1_swiglu", "gemm1+swiglu", (id.div_ceil(WG_TILE_N / 2), tiles, 1), p)?;
-        } else {
-            self.gemm("fg_gemm1_swiglu", "gemm1+swiglu", (id.div_ceil(TILE_N / 2), tiles, 1), p)?;
-        }
         let mut p = self.base_params();
         p.a = self.ptr(&self.a);
         p.lda = id as i64;
@@ -632,6 +616,51 @@ impl<'g> FastLayer<'g> {
             unsafe { me.gpu.stream.launch_builder(me.k.f("fc_combine")).arg(&rows).arg(&weights).arg(&slot_row).arg(&out).arg(&ti).arg(&ki).arg(&hi).launch(cfg)? };
             Ok(())
         })
+    }
+
+    /// GEMM1 with the SwiGLU in its epilogue: H and A rows from the gathered rows of X.
+    fn gemm1(&mut self) -> Result<(), GpuError> {
+        let FastDims { hidden: hd, inter: id, .. } = self.dims;
+        let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
+        let mut p = self.base_params();
+        p.a = self.ptr(&self.x);
+        p.a_idx = self.ptr(&self.row_token);
+        p.lda = hd as i64;
+        p.b = self.ptr(&self.w13);
+        p.ldb = hd as i64;
+        p.b_estride = (2 * id * hd) as i64;
+        p.c = self.ptr(&self.h);
+        p.ldc = (2 * id) as i64;
+        p.c2 = self.ptr(&self.a);
+        p.n_dim = (2 * id) as i32;
+        p.k_dim = hd as i32;
+        if self.wgmma {
+            self.gemm("wg_gemm1_swiglu", "gemm1+swiglu", (id.div_ceil(WG_TILE_N / 2), tiles, 1), p)?;
+        } else {
+            self.gemm("fg_gemm1_swiglu", "gemm1+swiglu", (id.div_ceil(TILE_N / 2), tiles, 1), p)?;
+        }
+        Ok(())
+    }
+
+    /// Selective recomputation: recompute H (and A) from X before `backward`, for a caller that keeps only X
+    /// and the routing from forward (`bytes_kept_per_token_recompute`) instead of H. Bitwise the forward's H
+    /// (same kernel, same inputs); costs one GEMM1 (bench-gpu reports it).
+    pub fn recompute_h(&mut self) -> Result<(), GpuError> {
+        self.gemm1()
+    }
+
+    /// Overwrite H and A with NaN: what a caller that drops them after forward leaves (for testing
+    /// `recompute_h`: a backward that read anything not recomputed would show NaN).
+    pub fn forget_h(&mut self) -> Result<(), GpuError> {
+        let nan = f32::NAN;
+        let f = self.k.f("fc_fill_random");
+        let cfg = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        for buf in [&mut self.h, &mut self.a] {
+            let n = buf.len() as i64;
+            // SAFETY: as in fill_random; a NaN scale makes every element NaN.
+            unsafe { self.gpu.stream.launch_builder(f).arg(buf).arg(&n).arg(&0u64).arg(&nan).launch(cfg)? };
+        }
+        Ok(())
     }
 
     /// dA (+ SwiGLU backward, A', routing-weight partials), routing-weight gradient, dX rows, un-dispatch,
@@ -817,6 +846,13 @@ impl<'g> FastLayer<'g> {
         let FastDims { tokens: t, inter: id, top_k: kk, .. } = self.dims;
         let per_row = 2 * id * 2 + 4 + 4 + 4;
         (self.rows * per_row + t * kk * 4) as f64 / t.max(1) as f64
+    }
+
+    /// Bytes kept from forward for backward per token with `recompute_h`: the routing metadata only (each row's
+    /// token, slot and weight, each slot's row).
+    pub fn bytes_kept_per_token_recompute(&self) -> f64 {
+        let FastDims { tokens: t, top_k: kk, .. } = self.dims;
+        (self.rows * 12 + t * kk * 4) as f64 / t.max(1) as f64
     }
 
     /// Device bytes the layer allocates beyond its inputs (x, W13, W2, dY): (activations, routing and
