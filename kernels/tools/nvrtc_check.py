@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Compile the fast kernels for sm_90a without a GPU: NVRTC to PTX, then `ptxas -v`, printing each kernel's
+registers and spill bytes (a spill in a GEMM's main loop costs more than most tuning gains).
+
+The translation unit is assembled as kernels/src/fast/source.rs assembles it (the shared header once, each file
+without its include of it). Needs NVRTC and ptxas, e.g.:
+    pip install --target /tmp/cuda nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12
+usage: python3 kernels/tools/nvrtc_check.py [KERNEL_NAME_SUBSTRING] [--cuda /tmp/cuda]
+"""
+import ctypes
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+args = sys.argv[1:]
+cuda = "/tmp/cuda"
+if "--cuda" in args:
+    i = args.index("--cuda")
+    cuda = args[i + 1]
+    del args[i : i + 2]
+only = args[0] if args else ""
+root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+nvrtc_so = os.path.join(cuda, "nvidia/cuda_nvrtc/lib/libnvrtc.so.12")
+ptxas = os.path.join(cuda, "nvidia/cuda_nvcc/bin/ptxas")
+for f in (nvrtc_so, ptxas):
+    if not os.path.exists(f):
+        sys.exit(f"error: {f} not found (pip install --target {cuda} nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12)")
+
+header = open(os.path.join(root, "kernels/cuda/bf16.cuh")).read().replace("#pragma once", "")
+source_rs = open(os.path.join(root, "kernels/src/fast/source.rs")).read()
+files = re.findall(r'include_str!\("\.\./\.\./cuda/(fast/[a-z_]+\.cu)"\)', source_rs)
+src = "#define FG_STAGES 4\n" + header
+for f in files:
+    text = open(os.path.join(root, "kernels/cuda", f)).read()
+    src += f"\n// ---- {f}\n" + "".join(l + "\n" for l in text.splitlines() if not l.strip().startswith('#include "bf16.cuh"'))
+
+lib = ctypes.CDLL(nvrtc_so)
+prog = ctypes.c_void_p()
+if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"moe_fast.cu", 0, None, None) != 0:
+    sys.exit("error: nvrtcCreateProgram failed")
+opts = [b"--gpu-architecture=sm_90a", b"--fmad=true", b"--std=c++17"]
+rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+n = ctypes.c_size_t()
+lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+log = ctypes.create_string_buffer(n.value)
+lib.nvrtcGetProgramLog(prog, log)
+if log.value.strip():
+    print(log.value.decode())
+if rc != 0:
+    sys.exit("error: NVRTC compilation failed")
+lib.nvrtcGetPTXSize(prog, ctypes.byref(n))
+ptx = ctypes.create_string_buffer(n.value)
+lib.nvrtcGetPTX(prog, ptx)
+
+with tempfile.TemporaryDirectory() as tmp:
+    ptx_path = os.path.join(tmp, "moe_fast.ptx")
+    open(ptx_path, "wb").write(ptx.value)
+    r = subprocess.run([ptxas, "-arch=sm_90a", "-v", "-o", os.path.join(tmp, "moe_fast.cubin"), ptx_path], capture_output=True, text=True)
+kernel = None
+for line in (r.stdout + r.stderr).splitlines():
+    m = re.search(r"Compiling entry function '(\w+)'", line)
+    if m:
+        kernel = m.group(1)
+    elif kernel and only in kernel and ("registers" in line or "spill" in line):
+        print(f"{kernel:24} {line.split(':', 1)[-1].strip()}")
+    elif "error" in line.lower() or "warning" in line.lower():
+        print(line)
+sys.exit(r.returncode)
