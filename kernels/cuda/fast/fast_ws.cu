@@ -239,9 +239,11 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             // weight gradients: the gathered rows' indices of k-tile kt sit in sidx[kt % 4], copied there by
             // threads 0..63 (4-byte cp.async, one commit group per k-tile) three k-tiles ahead: a k-tile takes
             // about as long as one memory round trip.
+            // No copy for k-tiles past the tile's last (an empty group keeps the count): such a copy could land
+            // after the next tile's copy into the same slot.
             const auto fetch = [&](int kt) {
                 const int k = w.k_begin + kt * WG_BK + tid;
-                if (tid < 64) cp_async4(smem_u32(&sidx[kt & 3][tid]), gidx + (k < w.k_end ? k : 0), k < w.k_end);
+                if (tid < 64 && kt < w.nk) cp_async4(smem_u32(&sidx[kt & 3][tid]), gidx + (k < w.k_end ? k : 0), k < w.k_end);
                 cp_async_commit();
             };
             if (KIND == 2 && gidx) {
