@@ -16,7 +16,7 @@
 //! Operands that are not values with `M + 1` significant bits of their declared format (or not finite)
 //! make the whole GEMM take the slow path ([`super::slow`]), entry by entry.
 
-use ndarray::{Array2, ArrayView2};
+use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis};
 use rayon::prelude::*;
 
 use super::{promote_scaled, slow, Scales, TensorCore};
@@ -245,58 +245,50 @@ fn fast_path_fits(t: &TensorCore) -> Option<u32> {
     (t.k_inst >= 1 && t.k_inst <= KMAX && max_p * t.k_inst as u64 <= i32::MAX as u64 && t.n_bits <= 40).then_some(shift)
 }
 
-pub(super) fn gemm_nt(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> Array2<f64> {
-    gemm_nt_lanes(t, a, b, scales, wide_lanes_available())
+pub(super) fn gemm_nt_into(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, c: ArrayViewMut2<f64>) {
+    gemm_nt_lanes(t, a, b, scales, wide_lanes_available(), c)
 }
 
 /// [`super::gemm_nt`] for a tensor-core model without the AVX-512 build of the kernel (the path other
 /// CPUs take), so that tests on an AVX-512 machine cover both builds.
 #[doc(hidden)]
 pub fn gemm_nt_portable(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> Array2<f64> {
-    gemm_nt_lanes(t, a, b, scales, false)
+    let mut c = Array2::<f64>::zeros((a.nrows(), b.nrows()));
+    gemm_nt_lanes(t, a, b, scales, false, c.view_mut());
+    c
 }
 
-fn gemm_nt_lanes(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, wide: bool) -> Array2<f64> {
+/// Writes every entry of `c` ([M, N]); the caller's array is the result, so no M×N temporary is made
+/// (the emulator's weight gradients are 3M entries per expert).
+fn gemm_nt_lanes(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, wide: bool, mut c: ArrayViewMut2<f64>) {
     let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
+    assert_eq!(c.dim(), (m, n), "output shape");
+    if m == 0 || n == 0 {
+        return;
+    }
     let fast = fast_path_fits(t).and_then(|shift| {
         let da = decompose_rows(a, t.operands.0)?;
         let db = decompose_rows(b, t.operands.1)?;
         Some((shift, da, db))
     });
-    let mut c = Array2::<f64>::zeros((m, n));
-    if m == 0 || n == 0 {
-        return c;
-    }
     let Some((shift, da, db)) = fast else {
-        return slow_gemm(t, a, b, scales);
+        return c.assign(&slow_gemm(t, a, b, scales));
     };
     let bp = panels(&db, n, k, shift);
     // Panel by panel, every row of A against one panel of B (k x 16 lanes, 256 KiB at K = 2048) while it
-    // is in cache: row by row over all of B streamed the whole of B from memory once per row of A.
-    let np = n.div_ceil(NR);
-    let cols: Vec<Vec<f64>> = (0..np)
-        .into_par_iter()
-        .map(|p| {
-            let mut out = vec![0.0f64; m * NR];
-            if wide {
-                // SAFETY: the CPU has the features `panel_wide` is compiled for (checked at run time).
-                #[cfg(target_arch = "x86_64")]
-                unsafe {
-                    panel_wide(t, &da, m, &bp, p, n, scales, &mut out)
-                }
-            } else {
-                panel_rows(t, &da, m, &bp, p, n, scales, &mut out)
+    // is in cache: row by row over all of B streamed the whole of B from memory once per row of A. Each
+    // panel writes its own NR columns of `c`.
+    c.axis_chunks_iter_mut(Axis(1), NR).into_par_iter().enumerate().for_each(|(p, mut cols)| {
+        if wide {
+            // SAFETY: the CPU has the features `panel_wide` is compiled for (checked at run time).
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                panel_wide(t, &da, m, &bp, p, n, scales, &mut cols)
             }
-            out
-        })
-        .collect();
-    for (p, block) in cols.iter().enumerate() {
-        let w = NR.min(n - p * NR);
-        for (i, lanes) in block.chunks_exact(NR).enumerate() {
-            c.row_mut(i).as_slice_mut().expect("fresh array")[p * NR..p * NR + w].copy_from_slice(&lanes[..w]);
+        } else {
+            panel_rows(t, &da, m, &bp, p, n, scales, &mut cols)
         }
-    }
-    c
+    });
 }
 
 /// Whether the AVX-512 build of the row kernel can run here.
@@ -320,14 +312,14 @@ fn wide_lanes_available() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx512cd")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn panel_wide(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut [f64]) {
+unsafe fn panel_wide(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut ArrayViewMut2<f64>) {
     panel_rows(t, a, m, bp, p, n, scales, out)
 }
 
-/// Panel `p` (output columns `p·NR ..`) for every row of A: `out[i·NR + l]`.
+/// Panel `p` (output columns `p·NR ..`) for every row of A: `out[[i, l]]`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn panel_rows(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut [f64]) {
+fn panel_rows(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut ArrayViewMut2<f64>) {
     let k = bp.k;
     for i in 0..m {
         let lanes = match scales {
@@ -346,8 +338,8 @@ fn panel_rows(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: u
                 fin
             }
         };
-        for l in 0..NR.min(n - p * NR) {
-            out[i * NR + l] = f64::from(lanes[l]);
+        for (o, &v) in out.row_mut(i).iter_mut().zip(&lanes) {
+            *o = f64::from(v);
         }
     }
 }
