@@ -398,45 +398,67 @@ pub fn gemm_stage_into<B: BoundElem>(
     };
     let (u, eta) = (st.unit_roundoff(), st.underflow());
 
+    // Rows of the outputs are written as slices (every caller's arrays have contiguous rows).
+    let contiguous = |s: &[isize]| n <= 1 || s[1] == 1;
+    assert!(contiguous(raw.strides()) && contiguous(bound.strides()), "output rows contiguous");
+    let dev_extra = mode != DevMode::None && !plan.same_schedule;
+    let (mut pre, mut dp) = (vec![0.0; n], vec![0.0; n]);
     for rows in row_tiles(m, n) {
         products.compute(rows.clone());
         let (ps, ps0) = (products.tile(slot_s), products.tile(slot_s0));
         let pd1 = slot_d1.map(|s| products.tile(s));
         let pd0 = slot_d0.map(|s| products.tile(s));
         for (ti, i) in rows.enumerate() {
-            for j in 0..n {
-                let s = ps[[ti, j]] * up;
-                let s0 = ps0[[ti, j]] * down;
-                let mut pre = (s - s0).max(0.0) + kappa * s + under;
-                let mut dp = match mode {
-                    DevMode::None | DevMode::Zero => 0.0,
-                    DevMode::Orders | DevMode::Full => {
-                        let s1 = pd1.as_ref().expect("made for this mode")[[ti, j]] * up;
-                        let ops = match &pd0 {
-                            Some(p) => (s1 - p[[ti, j]] * down).max(0.0),
-                            None => 0.0,
-                        };
-                        ops + orders * s1 + 2.0 * under
-                    }
-                };
-                if let Some(x) = &tc_extra {
-                    let extra = x.extra(i, j);
-                    pre += x.per * extra;
-                    if mode != DevMode::None && !plan.same_schedule {
-                        dp += 2.0 * x.per * extra;
+            for ((p, &s), &s0) in pre.iter_mut().zip(row_slice(ps, ti)).zip(row_slice(ps0, ti)) {
+                let (s, s0) = (s * up, s0 * down);
+                *p = (s - s0).max(0.0) + kappa * s + under;
+            }
+            match (&pd1, &pd0) {
+                (Some(p1), Some(p0)) => {
+                    for ((d, &s1), &s0) in dp.iter_mut().zip(row_slice(*p1, ti)).zip(row_slice(*p0, ti)) {
+                        let s1 = s1 * up;
+                        let ops = (s1 - s0 * down).max(0.0);
+                        *d = ops + orders * s1 + 2.0 * under;
                     }
                 }
-                // Storage: the rounding grows the bound ([`store`]) and the deviation ([`store_dev`]).
-                let r = raw[[i, j]];
-                bound[[i, j]] = B::from_bound(pre + u * (r.abs() + 2.0 * pre) + eta);
-                if let Some(d) = dev.as_mut().filter(|_| mode != DevMode::None) {
-                    d[[i, j]] = B::from_bound(if dp > 0.0 { dp + 2.0 * u * (r.abs() + dp) + 2.0 * eta } else { dp });
+                (Some(p1), None) => {
+                    for (d, &s1) in dp.iter_mut().zip(row_slice(*p1, ti)) {
+                        let s1 = s1 * up;
+                        let ops = 0.0;
+                        *d = ops + orders * s1 + 2.0 * under;
+                    }
                 }
-                raw[[i, j]] = st.round(r);
+                _ => dp.fill(0.0),
+            }
+            if let Some(x) = &tc_extra {
+                x.add(i, &mut pre, dev_extra.then_some(&mut dp[..]));
+            }
+            // Storage: the rounding grows the bound ([`store`]) and the deviation ([`store_dev`]).
+            let mut v_row = raw.row_mut(i);
+            let v_row = v_row.as_slice_mut().expect("contiguous row");
+            let mut b_row = bound.row_mut(i);
+            let b_row = b_row.as_slice_mut().expect("contiguous row");
+            for ((b, &p), &r) in b_row.iter_mut().zip(&pre).zip(v_row.iter()) {
+                *b = B::from_bound(p + u * (r.abs() + 2.0 * p) + eta);
+            }
+            if let Some(d) = dev.as_mut().filter(|_| mode != DevMode::None) {
+                let mut d_row = d.row_mut(i);
+                for (j, (o, &r)) in d_row.iter_mut().zip(v_row.iter()).enumerate() {
+                    let dp = dp[j];
+                    *o = B::from_bound(if dp > 0.0 { dp + 2.0 * u * (r.abs() + dp) + 2.0 * eta } else { dp });
+                }
+            }
+            for r in v_row.iter_mut() {
+                *r = st.round(*r);
             }
         }
     }
     Fed { qa, qb }
+}
+
+/// Row `i` of a standard-layout buffer, as a slice that lives as long as the buffer.
+fn row_slice(p: ArrayView2<'_, f64>, i: usize) -> &'_ [f64] {
+    p.index_axis_move(ndarray::Axis(0), i).to_slice().expect("standard layout buffer")
 }
 
 /// The tensor-core model's extra truncation term. A subnormal operand aligns at its format's lowest
@@ -474,9 +496,19 @@ impl TcExtra {
         }
     }
 
-    #[inline(always)]
-    fn extra(&self, m: usize, n: usize) -> f64 {
-        2.0 * (self.ea_min * self.sa[m] * self.bmax[n] + self.eb_min * self.sb[n] * self.amax[m]) + self.ea_min * self.eb_min * self.sa[m] * self.sb[n]
+    /// Add the term to row `m`'s bounds `pre` (and twice it to the deviations `dp`, when given).
+    fn add(&self, m: usize, pre: &mut [f64], mut dp: Option<&mut [f64]>) {
+        // `2(ea·sa[m]·bmax[n] + eb·sb[n]·amax[m]) + ea·eb·sa[m]·sb[n]`, evaluated left to right as ever
+        // (the row's factors hoisted: the same operations in the same order).
+        let (row_a, row_ab) = (self.ea_min * self.sa[m], self.ea_min * self.eb_min * self.sa[m]);
+        let amax = self.amax[m];
+        for n in 0..pre.len() {
+            let extra = 2.0 * (row_a * self.bmax[n] + self.eb_min * self.sb[n] * amax) + row_ab * self.sb[n];
+            pre[n] += self.per * extra;
+            if let Some(dp) = dp.as_deref_mut() {
+                dp[n] += 2.0 * self.per * extra;
+            }
+        }
     }
 }
 
