@@ -18,7 +18,7 @@ pub mod operand;
 pub mod products;
 pub mod stage;
 
-use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Axis, CowArray, Ix3, Zip};
+use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Axis, CowArray, Ix2, Ix3, Zip};
 use rayon::prelude::*;
 
 use crate::accum::{self, Model};
@@ -161,6 +161,15 @@ fn bound_of<'a>(b: &'a Option<Array3<f64>>, zero: &'a Array2<f64>, e: usize, sha
     match b {
         Some(b) => b.index_axis(Axis(0), e),
         None => zero.broadcast(shape).expect("a 1x1 array broadcasts"),
+    }
+}
+
+/// The transpose of expert `e`'s slice of a weight's bounds (`shape` untransposed): a contiguous copy
+/// when the weight has bounds, else the transposed zero broadcast (no weight-sized array of zeros).
+fn bound_t<'a>(b: &'a Option<Array3<f64>>, zero: &'a Array2<f64>, e: usize, shape: (usize, usize)) -> CowArray<'a, f64, Ix2> {
+    match b {
+        Some(b) => CowArray::from(transposed(b.index_axis(Axis(0), e))),
+        None => CowArray::from(zero.broadcast((shape.1, shape.0)).expect("a 1x1 array broadcasts")),
     }
 }
 
@@ -514,7 +523,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&do_, r.clone());
             let wt = transposed(w2_v.index_axis(Axis(0), e));
-            let wtb = transposed(bound_of(&w2_b, &zero, e, (hd, id)));
+            let wtb = bound_t(&w2_b, &zero, e, (hd, id));
             keep_q(gemm_stage_into(&plans.dgrad2, dv, db, Some(do_d.slice(s![r, ..])), wt.view(), wtb.view(), None, st.da, out), false)
         })
     });
@@ -560,7 +569,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&dh, r.clone());
             let wt = transposed(w13_v.index_axis(Axis(0), e));
-            let wtb = transposed(bound_of(&w13_b, &zero, e, (2 * id, hd)));
+            let wtb = bound_t(&w13_b, &zero, e, (2 * id, hd));
             keep_q(gemm_stage_into(&plans.dgrad1, dv, db, Some(dh_d.slice(s![r, ..])), wt.view(), wtb.view(), None, st.dx_rows, out), false)
         })
     });

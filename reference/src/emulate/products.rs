@@ -77,8 +77,13 @@ pub struct Operand<'a> {
 #[derive(Default)]
 pub struct Products<'a> {
     pairs: Vec<(Operand<'a>, Operand<'a>)>,
+    /// Output buffers, reused from tile to tile.
     bufs: Vec<Array2<f64>>,
-    rows: Range<usize>,
+    /// Per pair: its buffer and the first row of its tile there.
+    at: Vec<(usize, usize)>,
+    /// Stacked tiles of A operands.
+    stacked: Array2<f64>,
+    rows: usize,
 }
 
 impl<'a> Products<'a> {
@@ -91,25 +96,59 @@ impl<'a> Products<'a> {
         self.pairs.len() - 1
     }
 
-    /// Compute every product for output rows `rows` (buffers sized for the largest tile on first use).
+    /// Compute every product for output rows `rows`. Products of the same B are one GEMM of their A tiles
+    /// stacked (B read once, and a taller GEMM runs faster) when every block of the stack and the stack
+    /// itself take the gemm crate's general path (see the module doc: at least 4 rows, more than 64
+    /// columns), so that the bits do not change.
     pub fn compute(&mut self, rows: Range<usize>) {
-        for (i, (a, b)) in self.pairs.iter().enumerate() {
-            let n = b.v.nrows();
-            if self.bufs.len() <= i {
-                self.bufs.push(Array2::zeros((0, n)));
+        let t = rows.len();
+        let count = self.pairs.len();
+        self.at = vec![(0, 0); count];
+        let mut done = vec![false; count];
+        let mut used = 0;
+        for i in 0..count {
+            if done[i] {
+                continue;
             }
-            if self.bufs[i].nrows() < rows.len() {
-                self.bufs[i] = Array2::zeros((rows.len(), n));
+            let b = self.pairs[i].1;
+            let (n, k) = b.v.dim();
+            let group: Vec<usize> = if t >= 4 && n > 64 {
+                (i..count).filter(|&j| !done[j] && self.pairs[j].1.id == b.id).collect()
+            } else {
+                vec![i]
+            };
+            let height = group.len() * t;
+            if self.bufs.len() <= used {
+                self.bufs.push(Array2::zeros((0, 0)));
             }
-            let out = self.bufs[i].slice_mut(s![..rows.len(), ..]);
-            abs_gemm_into(a.v.slice(s![rows.clone(), ..]), b.v, out);
+            if self.bufs[used].dim().0 < height || self.bufs[used].ncols() != n {
+                self.bufs[used] = Array2::zeros((height, n));
+            }
+            let out = self.bufs[used].slice_mut(s![..height, ..]);
+            if let [only] = group[..] {
+                abs_gemm_into(self.pairs[only].0.v.slice(s![rows.clone(), ..]), b.v, out);
+            } else {
+                if self.stacked.nrows() < height || self.stacked.ncols() != k {
+                    self.stacked = Array2::zeros((height, k));
+                }
+                for (q, &j) in group.iter().enumerate() {
+                    self.stacked.slice_mut(s![q * t..(q + 1) * t, ..]).assign(&self.pairs[j].0.v.slice(s![rows.clone(), ..]));
+                }
+                abs_gemm_into(self.stacked.slice(s![..height, ..]), b.v, out);
+            }
+            for (q, &j) in group.iter().enumerate() {
+                self.at[j] = (used, q * t);
+                done[j] = true;
+            }
+            used += 1;
         }
-        self.rows = rows;
+        self.rows = t;
     }
 
     /// Product `slot` on the current tile: `[rows, n]`, unscaled.
     pub fn tile(&self, slot: usize) -> ArrayView2<'_, f64> {
-        self.bufs[slot].slice(s![..self.rows.len(), ..])
+        let (buf, first) = self.at[slot];
+        self.bufs[buf].slice(s![first..first + self.rows, ..])
     }
 }
 
@@ -132,12 +171,26 @@ mod tests {
             let b = Array2::from_shape_fn((n, k), |_| r());
             let mut whole = Array2::zeros((m, n));
             abs_gemm_into(a.view(), b.view(), whole.view_mut());
+            // A second A operand with the same B: stacked with the first when the tile allows.
+            let a2 = a.mapv(|x| x * 3.0 + 1e-7);
+            let mut whole2 = Array2::zeros((m, n));
+            abs_gemm_into(a2.view(), b.view(), whole2.view_mut());
             let mut p = Products::default();
             let slot = p.add(Operand { id: 0, v: a.view() }, Operand { id: 0, v: b.view() });
-            for rows in [0..m, 0..7, m - 5..m, 10..m / 2] {
+            let slot2 = p.add(Operand { id: 1, v: a2.view() }, Operand { id: 0, v: b.view() });
+            let same = |x: ArrayView2<f64>, y: ArrayView2<f64>| x.iter().zip(y.iter()).all(|(x, y)| x.to_bits() == y.to_bits());
+            for rows in [0..m, 0..7, m - 5..m, 10..m / 2, 3..4, 0..2] {
                 p.compute(rows.clone());
-                let same = p.tile(slot).iter().zip(whole.slice(s![rows, ..]).iter()).all(|(x, y)| x.to_bits() == y.to_bits());
-                assert!(same, "m {m} n {n} k {k}");
+                for (slot, op, whole) in [(slot, &a, &whole), (slot2, &a2, &whole2)] {
+                    // As one product of these rows (what the stage computed before tiles) ...
+                    let mut alone = Array2::zeros((rows.len(), n));
+                    abs_gemm_into(op.slice(s![rows.clone(), ..]), b.view(), alone.view_mut());
+                    assert!(same(p.tile(slot), alone.view()), "m {m} n {n} k {k} rows {rows:?}");
+                    // ... and, for tiles of at least 4 rows, as the whole product.
+                    if rows.len() >= 4 {
+                        assert!(same(p.tile(slot), whole.slice(s![rows.clone(), ..])), "m {m} n {n} k {k} rows {rows:?}");
+                    }
+                }
             }
             let tiles = row_tiles(m, n);
             assert_eq!(tiles.first().map(|t| t.start), Some(0));
