@@ -68,6 +68,16 @@ impl Storage {
         }
     }
 
+    /// [`Self::round`] of every element, in place (the precision chosen once, not per element).
+    pub fn round_all(self, xs: &mut [f64]) {
+        match self {
+            Storage::F64 => {}
+            Storage::F32 => xs.iter_mut().for_each(|x| *x = *x as f32 as f64),
+            Storage::Bf16 => xs.iter_mut().for_each(|x| *x = Storage::Bf16.round(*x)),
+            Storage::F16 => xs.iter_mut().for_each(|x| *x = Storage::F16.round(*x)),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Storage::F64 => "f64",

@@ -207,12 +207,14 @@ where
     (Tracked { v, b }, d, fed)
 }
 
-/// `x` in f32, rounded up (x ≥ 0 or NaN): nearest, then one ulp up when that fell below.
+/// `x` in f32, rounded up (x ≥ 0 or NaN): nearest, then one ulp up when that fell below. (Written as a
+/// select, so that loops of it vectorise.)
 #[inline]
 pub fn up32(x: f64) -> f32 {
     let f = x as f32;
+    let next = f32::from_bits(f.to_bits().wrapping_add(1));
     if (f as f64) < x {
-        f32::from_bits(f.to_bits() + 1)
+        next
     } else {
         f
     }

@@ -401,6 +401,7 @@ pub fn gemm_stage_into<B: BoundElem>(
     // Rows of the outputs are written as slices (every caller's arrays have contiguous rows).
     let contiguous = |s: &[isize]| n <= 1 || s[1] == 1;
     assert!(contiguous(raw.strides()) && contiguous(bound.strides()), "output rows contiguous");
+    assert!(dev.as_ref().is_none_or(|d| contiguous(d.strides())), "output rows contiguous");
     let dev_extra = mode != DevMode::None && !plan.same_schedule;
     let (mut pre, mut dp) = (vec![0.0; n], vec![0.0; n]);
     for rows in row_tiles(m, n) {
@@ -443,14 +444,13 @@ pub fn gemm_stage_into<B: BoundElem>(
             }
             if let Some(d) = dev.as_mut().filter(|_| mode != DevMode::None) {
                 let mut d_row = d.row_mut(i);
-                for (j, (o, &r)) in d_row.iter_mut().zip(v_row.iter()).enumerate() {
-                    let dp = dp[j];
-                    *o = B::from_bound(if dp > 0.0 { dp + 2.0 * u * (r.abs() + dp) + 2.0 * eta } else { dp });
+                let d_row = d_row.as_slice_mut().expect("contiguous row");
+                for ((o, &dp), &r) in d_row.iter_mut().zip(&dp).zip(v_row.iter()) {
+                    let grown = dp + 2.0 * u * (r.abs() + dp) + 2.0 * eta;
+                    *o = B::from_bound(if dp > 0.0 { grown } else { dp });
                 }
             }
-            for r in v_row.iter_mut() {
-                *r = st.round(*r);
-            }
+            st.round_all(v_row);
         }
     }
     Fed { qa, qb }
@@ -502,11 +502,19 @@ impl TcExtra {
         // (the row's factors hoisted: the same operations in the same order).
         let (row_a, row_ab) = (self.ea_min * self.sa[m], self.ea_min * self.eb_min * self.sa[m]);
         let amax = self.amax[m];
-        for n in 0..pre.len() {
-            let extra = 2.0 * (row_a * self.bmax[n] + self.eb_min * self.sb[n] * amax) + row_ab * self.sb[n];
-            pre[n] += self.per * extra;
-            if let Some(dp) = dp.as_deref_mut() {
-                dp[n] += 2.0 * self.per * extra;
+        let extra = |n: usize| 2.0 * (row_a * self.bmax[n] + self.eb_min * self.sb[n] * amax) + row_ab * self.sb[n];
+        match dp.as_deref_mut() {
+            Some(dp) => {
+                for (n, (p, d)) in pre.iter_mut().zip(dp.iter_mut()).enumerate() {
+                    let extra = extra(n);
+                    *p += self.per * extra;
+                    *d += 2.0 * self.per * extra;
+                }
+            }
+            None => {
+                for (n, p) in pre.iter_mut().enumerate() {
+                    *p += self.per * extra(n);
+                }
             }
         }
     }
