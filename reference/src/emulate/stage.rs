@@ -19,7 +19,7 @@ use crate::formats::Format;
 use crate::quant::{self, QuantTensor};
 use crate::recipe::{GemmRecipe, Storage};
 
-use super::operand::{magnitude_bounds, OperandPlan};
+use super::operand::OperandPlan;
 use super::products::{abs_factor, abs_gemm_into, row_tiles, Operand, Products};
 use super::EmulateError;
 
@@ -249,24 +249,27 @@ impl BoundOperand {
     /// `d`, quantised as `p` (to `q`). Operands are 3M elements per expert for weights, so no array is
     /// made that is not needed.
     fn new(v: ArrayView2<f64>, e: ArrayView2<f64>, d: Option<ArrayView2<f64>>, p: &Option<OperandPlan>, q: &Option<QuantTensor>) -> Self {
-        let m = Zip::from(v).and(e).map_collect(|&v, &e| v.abs() + e);
         // An exactly-zero error adds nothing (m ≥ 0, and m + 0 = m bit for bit).
-        let t = match p {
+        let (m, t) = match p {
             Some(p) => {
-                let (hi, lo) = magnitude_bounds(v, e, 2.0);
-                let mut err = p.fed_error(hi.view(), lo.view());
-                err += &e;
-                Some(&m + &err)
+                let (m, t) = p.fed_magnitudes(v, e, 2.0);
+                (m, Some(t))
             }
-            None if all_zero(&e) => None,
-            None => Some(&m + &e),
+            None => {
+                let m = Zip::from(v).and(e).map_collect(|&v, &e| v.abs() + e);
+                let t = (!all_zero(&e)).then(|| &m + &e);
+                (m, t)
+            }
         };
         let (f, f1) = match (d, p, q) {
             (None, ..) => (None, None),
             (Some(d), Some(p), Some(q)) => {
-                let f = q.dequantize().mapv(f64::abs);
-                let fd = p.fed_deviation(v, d, q);
-                let f1 = (!all_zero(&fd.view())).then(|| &f + &fd);
+                let f = q.dequantize_abs();
+                // No deviation in, none out (a weight read as stored): the fed values are the same
+                // codes and scales ([`OperandPlan::fed_deviation`] gives zeros, unless a scale is NaN).
+                let unmoved = all_zero(&d) && q.scale.iter().all(|s| !s.is_nan());
+                let fd = (!unmoved).then(|| p.fed_deviation(v, d, q));
+                let f1 = fd.filter(|fd| !all_zero(&fd.view())).map(|fd| &f + &fd);
                 (Some(f), f1)
             }
             (Some(d), ..) => {

@@ -168,8 +168,27 @@ impl QuantTensor {
     /// `q * scale` element by element (exact in f64: an element of at most 11 significant bits times an
     /// f32 scale).
     pub fn dequantize(&self) -> Array2<f64> {
+        self.scaled(|x| x)
+    }
+
+    /// `|q * scale|` element by element (the fed magnitudes).
+    pub fn dequantize_abs(&self) -> Array2<f64> {
+        self.scaled(f64::abs)
+    }
+
+    /// `f(q * scale)` element by element, block by block along each row (no per-element block lookup).
+    fn scaled(&self, f: impl Fn(f64) -> f64) -> Array2<f64> {
         let (rows, cols) = self.q.dim();
-        Array2::from_shape_fn((rows, cols), |(r, c)| self.q[[r, c]] * self.scale_of(r, c))
+        let (br, bc) = self.spec.block.dims();
+        let mut out = Array2::<f64>::zeros((rows, cols));
+        for (r, (qr, mut or)) in self.q.rows().into_iter().zip(out.rows_mut()).enumerate() {
+            for (j, s) in self.scale.row(r / br).iter().enumerate() {
+                for c in j * bc..((j + 1) * bc).min(cols) {
+                    or[c] = f(qr[c] * s);
+                }
+            }
+        }
+        out
     }
 
     /// The dequant scale of the block holding element `(r, c)`.
