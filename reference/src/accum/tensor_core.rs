@@ -79,18 +79,25 @@ struct Panels {
     k: usize,
 }
 
-fn panels(b: &Operand, n: usize, k: usize, shift: u32) -> Panels {
+fn panels(b: ArrayView2<f64>, fmt: Format, shift: u32) -> Option<Panels> {
+    let spec = fmt.spec();
+    let (mbits, emin) = (spec.mantissa_bits, spec.min_exponent());
+    let (n, k) = b.dim();
     let np = n.div_ceil(NR);
     let mut e = vec![[ZERO_EXP; NR]; np * k];
     let mut m = vec![[0i32; NR]; np * k];
-    for j in 0..n {
+    // Straight from B into the panel layout (no row-major decomposition in between): one pass, and a
+    // panel's 16 rows touch the same k·128 bytes, which stay in cache.
+    for (j, row) in b.rows().into_iter().enumerate() {
         let (p, l) = (j / NR, j % NR);
-        for t in 0..k {
-            e[p * k + t][l] = b.e[j * k + t];
-            m[p * k + t][l] = b.m[j * k + t] << shift;
+        let (pe, pm) = (&mut e[p * k..(p + 1) * k], &mut m[p * k..(p + 1) * k]);
+        for ((de, dm), &v) in pe.iter_mut().zip(pm.iter_mut()).zip(row.iter()) {
+            let (x, y) = decompose(v, mbits, emin)?;
+            de[l] = x;
+            dm[l] = y << shift;
         }
     }
-    Panels { e, m, k }
+    Some(Panels { e, m, k })
 }
 
 /// The running C of `NR` lanes, kept in the form the next instruction aligns: `mc·2^(ec - 23)` with a
@@ -197,19 +204,22 @@ fn instruction(t: &TensorCore, acc: &mut Acc, x: &mut [[i32; NR]; KMAX], ea: &[i
     }
 }
 
+/// Scratch for the alignment exponents of one instruction: made once per panel and never re-zeroed (each
+/// instruction writes the rows it reads); zeroing it for every chain cost as much as a promoted FP8
+/// block's instructions.
+type Scratch = [[i32; NR]; KMAX];
+
 /// Instructions over `s0..s1`, chained from C = 0.
 #[inline(always)]
-fn run(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, s0: usize, s1: usize) -> [f32; NR] {
+#[allow(clippy::too_many_arguments)]
+fn run(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, s0: usize, s1: usize, x: &mut Scratch) -> [f32; NR] {
     let k = bp.k;
     let (ar, br) = (row * k, panel * k);
     let mut acc = Acc::zero();
-    // Scratch for the alignment exponents of one instruction (not re-zeroed: each instruction writes the
-    // rows it reads).
-    let mut x = [[0i32; NR]; KMAX];
     let mut i0 = s0;
     while i0 < s1 {
         let i1 = (i0 + t.k_inst).min(s1);
-        instruction(t, &mut acc, &mut x, &a.e[ar + i0..ar + i1], &a.m[ar + i0..ar + i1], &bp.e[br + i0..br + i1], &bp.m[br + i0..br + i1]);
+        instruction(t, &mut acc, x, &a.e[ar + i0..ar + i1], &a.m[ar + i0..ar + i1], &bp.e[br + i0..br + i1], &bp.m[br + i0..br + i1]);
         i0 = i1;
     }
     acc.to_f32()
@@ -217,15 +227,16 @@ fn run(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, s0: u
 
 /// The chain over K range `k0..k1` from C = 0 (promotion every `promote_every` into IEEE f32 adds).
 #[inline(always)]
-fn chain(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, k0: usize, k1: usize) -> [f32; NR] {
+#[allow(clippy::too_many_arguments)]
+fn chain(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, k0: usize, k1: usize, x: &mut Scratch) -> [f32; NR] {
     match t.promote_every {
-        None => run(t, a, row, bp, panel, k0, k1),
+        None => run(t, a, row, bp, panel, k0, k1, x),
         Some(p) => {
             let mut fin = [0.0f32; NR];
             let mut s0 = k0;
             while s0 < k1 {
                 let s1 = (s0 + p).min(k1);
-                let part = run(t, a, row, bp, panel, s0, s1);
+                let part = run(t, a, row, bp, panel, s0, s1, x);
                 for l in 0..NR {
                     fin[l] += part[l];
                 }
@@ -261,20 +272,19 @@ pub fn gemm_nt_portable(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, 
 /// Writes every entry of `c` ([M, N]); the caller's array is the result, so no M×N temporary is made
 /// (the emulator's weight gradients are 3M entries per expert).
 fn gemm_nt_lanes(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, wide: bool, mut c: ArrayViewMut2<f64>) {
-    let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
+    let (m, n) = (a.nrows(), b.nrows());
     assert_eq!(c.dim(), (m, n), "output shape");
     if m == 0 || n == 0 {
         return;
     }
     let fast = fast_path_fits(t).and_then(|shift| {
         let da = decompose_rows(a, t.operands.0)?;
-        let db = decompose_rows(b, t.operands.1)?;
-        Some((shift, da, db))
+        let bp = panels(b, t.operands.1, shift)?;
+        Some((da, bp))
     });
-    let Some((shift, da, db)) = fast else {
+    let Some((da, bp)) = fast else {
         return c.assign(&slow_gemm(t, a, b, scales));
     };
-    let bp = panels(&db, n, k, shift);
     // Panel by panel, every row of A against one panel of B (k x 16 lanes, 256 KiB at K = 2048) while it
     // is in cache: row by row over all of B streamed the whole of B from memory once per row of A. Each
     // panel writes its own NR columns of `c`.
@@ -321,13 +331,14 @@ unsafe fn panel_wide(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usiz
 #[allow(clippy::too_many_arguments)]
 fn panel_rows(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut ArrayViewMut2<f64>) {
     let k = bp.k;
+    let mut x: Scratch = [[0i32; NR]; KMAX];
     for i in 0..m {
         let lanes = match scales {
-            None => chain(t, a, i, bp, p, 0, k),
+            None => chain(t, a, i, bp, p, 0, k, &mut x),
             Some((sa, sb, kb)) => {
                 let mut fin = [0.0f32; NR];
                 for (blk, k0) in (0..k).step_by(kb).enumerate() {
-                    let part = chain(t, a, i, bp, p, k0, (k0 + kb).min(k));
+                    let part = chain(t, a, i, bp, p, k0, (k0 + kb).min(k), &mut x);
                     for l in 0..NR {
                         let j = p * NR + l;
                         if j < n {
