@@ -401,8 +401,9 @@ pub fn gemm_stage_into<B: BoundElem>(
     };
     let (u, eta) = (st.unit_roundoff(), st.underflow());
 
-    // Rows of the outputs are written as slices (every caller's arrays have contiguous rows).
-    let contiguous = |s: &[isize]| n <= 1 || s[1] == 1;
+    // Rows of the outputs are written as slices (every caller's arrays have contiguous rows; an empty
+    // view may carry any strides).
+    let contiguous = |s: &[isize]| m == 0 || n <= 1 || s[1] == 1;
     assert!(contiguous(raw.strides()) && contiguous(bound.strides()), "output rows contiguous");
     assert!(dev.as_ref().is_none_or(|d| contiguous(d.strides())), "output rows contiguous");
     let dev_extra = mode != DevMode::None && !plan.same_schedule;
