@@ -310,13 +310,8 @@ mod tests {
     #[test]
     fn bf16_rounding_of_f32_values_is_the_general_cast() {
         use crate::formats::{quantize, Format, Overflow};
-        let mut x = 0x9E3779B97F4A7C15u64;
-        let mut bits = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u32
-        };
+        let mut g = crate::test_rng::XorShift(0x9E3779B97F4A7C15);
+        let mut bits = || g.next_u64() as u32;
         let edges = [0u32, 0x8000_0000, 1, 0x8000, 0x8001, 0x7fff, 0x1_8000, 0x7f7f_ffff, 0xff7f_ffff, 0x7f7f_8000, 0x7f7f_7fff, 0x007f_ffff, 0x0080_0000];
         let all = edges.iter().copied().chain((0..1_000_000).map(|_| bits()));
         for b in all {

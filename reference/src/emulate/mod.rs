@@ -30,7 +30,7 @@ use crate::recipe::{Recipe, Storage};
 use crate::route;
 
 pub use stage::{accumulation_coefficient, GemmPlan, Tracked};
-use stage::{dot_bound, dot_dev, gemm_stage_into, gemm_stage_with, store, store_dev, Fed, StageOut};
+use stage::{dot_bound, dot_dev, gemm_stage_into, gemm_stage_with, store, store_dev, Fed, StageIn, StageOut};
 
 /// A recipe that cannot be run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -154,6 +154,11 @@ fn read_as3(x: &Array3<f64>, st: Storage) -> (CowArray<'_, f64, Ix3>, Option<Arr
     let b = Zip::from(x).and(&v).map_collect(|&x, &v| (x - v).abs());
     let any = b.iter().any(|&e| e != 0.0);
     (CowArray::from(v), any.then_some(b))
+}
+
+/// A stage operand from its value, bound and deviation bound.
+fn op<'a>(v: ArrayView2<'a, f64>, b: ArrayView2<'a, f64>, d: Option<ArrayView2<'a, f64>>) -> StageIn<'a> {
+    StageIn { v, b, d }
 }
 
 /// Expert `e`'s slice of a weight's bounds (zeros, without storage, when the weight is exact).
@@ -383,7 +388,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
         per_expert(&rows, 2 * id, |e, out| {
             let (a, ab) = rows_of(&x_rows, rows.expert_rows(e));
             let none = zero.broadcast(a.dim()).expect("1x1 broadcasts");
-            let fed = gemm_stage_into(&plans.gemm1, a, ab, Some(none), w13_v.index_axis(Axis(0), e), bound_of(&w13_b, &zero, e, (2 * id, hd)), None, st.h, out);
+            let fed = gemm_stage_into(&plans.gemm1, op(a, ab, Some(none)), op(w13_v.index_axis(Axis(0), e), bound_of(&w13_b, &zero, e, (2 * id, hd)), None), st.h, out);
             keep_q(fed, keep_quantised)
         })
     });
@@ -419,7 +424,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
         per_expert(&rows, hd, |e, out| {
             let r = rows.expert_rows(e);
             let (av, ab) = rows_of(&a, r.clone());
-            let fed = gemm_stage_into(&plans.gemm2, av, ab, Some(a_d.slice(s![r, ..])), w2_v.index_axis(Axis(0), e), bound_of(&w2_b, &zero, e, (hd, id)), None, st.o, out);
+            let fed = gemm_stage_into(&plans.gemm2, op(av, ab, Some(a_d.slice(s![r, ..]))), op(w2_v.index_axis(Axis(0), e), bound_of(&w2_b, &zero, e, (hd, id)), None), st.o, out);
             keep_q(fed, keep_quantised)
         })
     });
@@ -526,7 +531,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
             let (dv, db) = rows_of(&do_, r.clone());
             let wt = transposed(w2_v.index_axis(Axis(0), e));
             let wtb = bound_t(&w2_b, &zero, e, (hd, id));
-            keep_q(gemm_stage_into(&plans.dgrad2, dv, db, Some(do_d.slice(s![r, ..])), wt.view(), wtb.view(), None, st.da, out), false)
+            keep_q(gemm_stage_into(&plans.dgrad2, op(dv, db, Some(do_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.da, out), false)
         })
     });
     if keep_quantised {
@@ -561,7 +566,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
             let (av, ab) = rows_of(&a, r.clone());
             let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
             let (dd, add) = (t(do_d.slice(s![r.clone(), ..])), t(a_d.slice(s![r, ..])));
-            gemm_stage_into(&plans.wgrad2, t(dv).view(), t(db).view(), Some(dd.view()), t(av).view(), t(ab).view(), Some(add.view()), st.grad_w, out);
+            gemm_stage_into(&plans.wgrad2, op(t(dv).view(), t(db).view(), Some(dd.view())), op(t(av).view(), t(ab).view(), Some(add.view())), st.grad_w, out);
         })
     });
 
@@ -572,7 +577,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
             let (dv, db) = rows_of(&dh, r.clone());
             let wt = transposed(w13_v.index_axis(Axis(0), e));
             let wtb = bound_t(&w13_b, &zero, e, (2 * id, hd));
-            keep_q(gemm_stage_into(&plans.dgrad1, dv, db, Some(dh_d.slice(s![r, ..])), wt.view(), wtb.view(), None, st.dx_rows, out), false)
+            keep_q(gemm_stage_into(&plans.dgrad1, op(dv, db, Some(dh_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.dx_rows, out), false)
         })
     });
     if keep_quantised {
@@ -587,7 +592,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
             let (xv, xb) = rows_of(&x_rows, r.clone());
             let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
             let dd = t(dh_d.slice(s![r, ..]));
-            gemm_stage_into(&plans.wgrad1, t(dv).view(), t(db).view(), Some(dd.view()), t(xv).view(), t(xb).view(), None, st.grad_w, out);
+            gemm_stage_into(&plans.wgrad1, op(t(dv).view(), t(db).view(), Some(dd.view())), op(t(xv).view(), t(xb).view(), None), st.grad_w, out);
         })
     });
 

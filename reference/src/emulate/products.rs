@@ -159,11 +159,9 @@ mod tests {
     /// Row tiles give the bits of the whole product (the property the emulator's bit-identity rests on).
     #[test]
     fn tiles_equal_the_whole_product() {
-        let mut x = 0x2545F4914F6CDD1Du64;
+        let mut g = crate::test_rng::XorShift(0x2545F4914F6CDD1D);
         let mut r = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = g.next_u64();
             (x >> 11) as f64 / (1u64 << 53) as f64 * if x & 1 == 0 { 1.0 } else { 1e-3 }
         };
         for (m, n, k) in [(700, 1600, 64), (300, 2048, 700), (1536, 700, 13), (129, 65, 2100)] {

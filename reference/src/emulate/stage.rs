@@ -196,7 +196,7 @@ pub fn gemm_stage_with(
     let (mut v, mut bound) = (Array2::zeros(dim), Array2::zeros(dim));
     let mut dev = (ad.is_some() || bd.is_some()).then(|| Array2::zeros(dim));
     let out = StageOut { v: v.view_mut(), b: bound.view_mut(), d: dev.as_mut().map(|d| d.view_mut()) };
-    let Fed { qa, qb } = gemm_stage_into(plan, a, ab, ad, b, bb, bd, st, out);
+    let Fed { qa, qb } = gemm_stage_into(plan, StageIn { v: a, b: ab, d: ad }, StageIn { v: b, b: bb, d: bd }, st, out);
     GemmOut { out: Tracked { v, b: bound }, dev, qa, qb }
 }
 
@@ -225,6 +225,13 @@ pub struct StageOut<'a, B> {
     pub v: ArrayViewMut2<'a, f64>,
     pub b: ArrayViewMut2<'a, B>,
     pub d: Option<ArrayViewMut2<'a, B>>,
+}
+
+/// An operand of [`gemm_stage_into`]: emulated value, bound, and deviation bound (`None` = 0).
+pub struct StageIn<'a> {
+    pub v: ArrayView2<'a, f64>,
+    pub b: ArrayView2<'a, f64>,
+    pub d: Option<ArrayView2<'a, f64>>,
 }
 
 /// The quantised operands a stage fed (for `q.<name>` outputs).
@@ -322,18 +329,8 @@ enum DevMode {
 /// [`gemm_stage_with`] written into `out` (the caller's arrays: a weight gradient's per-expert slice,
 /// or an expert's rows), one tile of output rows at a time ([`products`]): nothing output-sized is
 /// allocated here besides the tensor-core model's own work.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_stage_into<B: BoundElem>(
-    plan: &GemmPlan,
-    a: ArrayView2<f64>,
-    ab: ArrayView2<f64>,
-    ad: Option<ArrayView2<f64>>,
-    b: ArrayView2<f64>,
-    bb: ArrayView2<f64>,
-    bd: Option<ArrayView2<f64>>,
-    st: Storage,
-    out: StageOut<B>,
-) -> Fed {
+pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st: Storage, out: StageOut<B>) -> Fed {
+    let (StageIn { v: a, b: ab, d: ad }, StageIn { v: b, b: bb, d: bd }) = (a, b);
     let StageOut { v: mut raw, b: mut bound, d: mut dev } = out;
     let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
     assert_eq!(raw.dim(), (m, n), "output shape");
