@@ -256,7 +256,7 @@ mod tests {
         let mut g = crate::test_rng::XorShift(0x853c49e6748fea9b);
         let mut next = || g.next_u64();
         for (fmt, m, emin, max) in [(Format::E4M3, 3u32, -6i32, 448.0f32), (Format::E5M2, 2, -14, 57344.0), (Format::E2M1, 1, 0, 6.0)] {
-            let mut check = |y: f32| {
+            let check = |y: f32| {
                 if !y.is_finite() {
                     return;
                 }
