@@ -4,10 +4,12 @@
 //!
 //!     cargo bench -p moe-reference --bench exact_layer                 # 1024 tokens
 //!     cargo bench -p moe-reference --bench exact_layer -- --tokens 256
-//!     cargo bench -p moe-reference --bench exact_layer -- --recipes bf16,fp8-block,mxfp8 [--skip-floor]
+//!     cargo bench -p moe-reference --bench exact_layer -- --recipes bf16,fp8-block,mxfp8 [--skip-floor] [--checksum]
 //!
 //! With `--recipes`, each emulated recipe (forward + backward + every bound) is timed too, with its ratio
-//! to the exact run (the target: within 2x).
+//! to the exact run (the target: within 2x). `--checksum` prints a hash of every emulated tensor, bound
+//! and deviation, so that a speed change can be shown bit-identical at this shape (the golden cases are
+//! far smaller).
 //!
 //! Prints the exact time, two floors (the same per-expert GEMM shapes in plain f64, and one square GEMM of
 //! the same FLOPs) and the ratios; and the per-stage split of the exact run.
@@ -49,6 +51,21 @@ fn plain_gemm(m: usize, n: usize, k: usize, a: &[f64], b: &[f64], c: &mut [f64])
 /// The same allocator as the `moe-oracle` binary (see its `main.rs`), so the times are what users see.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// An FNV-style hash over the bits of every element, in standard order (rotated so that every bit of
+/// every element reaches every bit of the hash).
+fn hash_bits(bits: impl Iterator<Item = u64>) -> u64 {
+    bits.fold(0xcbf29ce484222325u64, |h, b| (h ^ b).wrapping_mul(0x100000001b3).rotate_left(23))
+}
+
+fn print_checksums(em: &moe_reference::emulate::Emulated) {
+    for (name, b) in &em.bounds {
+        let v = layer::named_tensor(&em.fwd, em.bwd.as_ref(), name).map(|v| hash_bits(v.iter().map(|x| x.to_bits())));
+        let hb = hash_bits(b.iter().map(|x| u64::from(x.to_bits())));
+        let hd = em.deviation(name).map(|d| hash_bits(d.iter().map(|x| u64::from(x.to_bits()))));
+        println!("  checksum {name:<20} value {:016x}  bound {hb:016x}  deviation {:016x}", v.unwrap_or(0), hd.unwrap_or(0));
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -117,6 +134,9 @@ fn main() {
         let te = t.elapsed().as_secs_f64();
         std::hint::black_box(&em.bounds);
         println!("emulated {r:<13} {te:8.2} s   ratio to exact {:.2}x", te / exact);
+        if args.iter().any(|a| a == "--checksum") {
+            print_checksums(&em);
+        }
     }
     if skip_floor {
         println!("exact fwd+bwd        {exact:8.2} s");

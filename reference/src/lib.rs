@@ -23,6 +23,8 @@ pub mod layer;
 pub mod quant;
 pub mod recipe;
 pub mod route;
+#[cfg(test)]
+pub(crate) mod test_rng;
 
 pub use config::{Activation, MoeConfig, Routing};
 pub use layer::{Backward, Forward, LayerInputs, Options};

@@ -28,7 +28,7 @@ mod ieee;
 pub mod slow;
 pub mod tensor_core;
 
-use ndarray::{Array2, ArrayView2};
+use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
 use crate::formats::Format;
 
@@ -122,17 +122,37 @@ pub type Scales<'a> = (ArrayView2<'a, f64>, ArrayView2<'a, f64>, usize);
 /// `C[m, n] = Σ_k a[m, k]·b[n, k]` under `model`, as the f32 accumulator holds it (an f64 holding an f32).
 /// Operands are f32-representable (bf16 or FP8 values for the tensor-core models).
 pub fn gemm_nt(model: &Model, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> Array2<f64> {
+    check_shapes(a, b, scales);
+    match model {
+        Model::Exact => exact_f32::gemm_nt(a, b, scales),
+        Model::F32Sequential | Model::F32Fma => ieee::gemm_nt(*model == Model::F32Fma, a, b, scales),
+        Model::TensorCore(t) => {
+            let mut c = Array2::zeros((a.nrows(), b.nrows()));
+            tensor_core::gemm_nt_into(t, a, b, scales, c.view_mut());
+            c
+        }
+    }
+}
+
+/// [`gemm_nt`] written into `c` ([M, N]): the tensor-core model fills it directly (no M×N temporary);
+/// the other models, off the emulator's hot paths, compute and copy.
+pub fn gemm_nt_into(model: &Model, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, mut c: ArrayViewMut2<f64>) {
+    match model {
+        Model::TensorCore(t) => {
+            check_shapes(a, b, scales);
+            tensor_core::gemm_nt_into(t, a, b, scales, c)
+        }
+        _ => c.assign(&gemm_nt(model, a, b, scales)),
+    }
+}
+
+fn check_shapes(a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) {
     assert_eq!(a.ncols(), b.ncols(), "contraction lengths differ");
     if let Some((sa, sb, kb)) = scales {
         assert!(kb > 0, "scale block length must be positive");
         let nb = a.ncols().div_ceil(kb);
         assert_eq!(sa.dim(), (a.nrows(), nb), "sa shape");
         assert_eq!(sb.dim(), (b.nrows(), nb), "sb shape");
-    }
-    match model {
-        Model::Exact => exact_f32::gemm_nt(a, b, scales),
-        Model::F32Sequential | Model::F32Fma => ieee::gemm_nt(*model == Model::F32Fma, a, b, scales),
-        Model::TensorCore(t) => tensor_core::gemm_nt(t, a, b, scales),
     }
 }
 

@@ -16,7 +16,7 @@
 //! Operands that are not values with `M + 1` significant bits of their declared format (or not finite)
 //! make the whole GEMM take the slow path ([`super::slow`]), entry by entry.
 
-use ndarray::{Array2, ArrayView2};
+use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis};
 use rayon::prelude::*;
 
 use super::{promote_scaled, slow, Scales, TensorCore};
@@ -79,18 +79,25 @@ struct Panels {
     k: usize,
 }
 
-fn panels(b: &Operand, n: usize, k: usize, shift: u32) -> Panels {
+fn panels(b: ArrayView2<f64>, fmt: Format, shift: u32) -> Option<Panels> {
+    let spec = fmt.spec();
+    let (mbits, emin) = (spec.mantissa_bits, spec.min_exponent());
+    let (n, k) = b.dim();
     let np = n.div_ceil(NR);
     let mut e = vec![[ZERO_EXP; NR]; np * k];
     let mut m = vec![[0i32; NR]; np * k];
-    for j in 0..n {
+    // Straight from B into the panel layout (no row-major decomposition in between): one pass, and a
+    // panel's 16 rows touch the same k·128 bytes, which stay in cache.
+    for (j, row) in b.rows().into_iter().enumerate() {
         let (p, l) = (j / NR, j % NR);
-        for t in 0..k {
-            e[p * k + t][l] = b.e[j * k + t];
-            m[p * k + t][l] = b.m[j * k + t] << shift;
+        let (pe, pm) = (&mut e[p * k..(p + 1) * k], &mut m[p * k..(p + 1) * k]);
+        for ((de, dm), &v) in pe.iter_mut().zip(pm.iter_mut()).zip(row.iter()) {
+            let (x, y) = decompose(v, mbits, emin)?;
+            de[l] = x;
+            dm[l] = y << shift;
         }
     }
-    Panels { e, m, k }
+    Some(Panels { e, m, k })
 }
 
 /// The running C of `NR` lanes, kept in the form the next instruction aligns: `mc·2^(ec - 23)` with a
@@ -130,6 +137,36 @@ impl Acc {
     }
 }
 
+/// `x = a + b` and `emax = max(emax, x)`, lane by lane. Written with AVX2 intrinsics where the build has
+/// them (the crate's baseline does): as plain loops, the compiler vectorised the caller's loop over the
+/// instruction's k instead of over the lanes, with a gather and a scatter per k, which took most of the
+/// model's time.
+#[inline(always)]
+fn exponents_row(a: i32, b: &[i32; NR], x: &mut [i32; NR], emax: &mut [i32; NR]) {
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+    {
+        use std::arch::x86_64::{__m256i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_max_epi32, _mm256_set1_epi32, _mm256_storeu_si256};
+        // SAFETY: AVX2 is enabled for this build (cfg above); every load and store is of 8 i32 within
+        // one of the 16-lane arrays.
+        unsafe {
+            let va = _mm256_set1_epi32(a);
+            for h in 0..NR / 8 {
+                let o = h * 8;
+                let v = _mm256_add_epi32(va, _mm256_loadu_si256(b.as_ptr().add(o) as *const __m256i));
+                _mm256_storeu_si256(x.as_mut_ptr().add(o) as *mut __m256i, v);
+                let m = _mm256_loadu_si256(emax.as_ptr().add(o) as *const __m256i);
+                _mm256_storeu_si256(emax.as_mut_ptr().add(o) as *mut __m256i, _mm256_max_epi32(m, v));
+            }
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx2")))]
+    for l in 0..NR {
+        let v = a.wrapping_add(b[l]);
+        x[l] = v;
+        emax[l] = emax[l].max(v);
+    }
+}
+
 /// One instruction on `NR` lanes: C (`acc`, updated in place) plus the products of A's `k` slice (`ea`,
 /// `ma`) and the panel's rows `eb`, `mb`. `x` is scratch for the products' alignment exponents.
 #[inline(always)]
@@ -139,13 +176,7 @@ fn instruction(t: &TensorCore, acc: &mut Acc, x: &mut [[i32; NR]; KMAX], ea: &[i
     // E: the largest alignment exponent of C and the products.
     let mut emax = acc.ec;
     for k in 0..kk {
-        let a = ea[k];
-        let eb = &eb[k];
-        for l in 0..NR {
-            let v = a + eb[l];
-            x[k][l] = v;
-            emax[l] = emax[l].max(v);
-        }
+        exponents_row(ea[k], &eb[k], &mut x[k], &mut emax);
     }
     // Every product truncated toward zero to units of 2^(E - n), summed exactly.
     let mut sum = [0i32; NR];
@@ -197,19 +228,22 @@ fn instruction(t: &TensorCore, acc: &mut Acc, x: &mut [[i32; NR]; KMAX], ea: &[i
     }
 }
 
+/// Scratch for the alignment exponents of one instruction: made once per panel and never re-zeroed (each
+/// instruction writes the rows it reads); zeroing it for every chain cost as much as a promoted FP8
+/// block's instructions.
+type Scratch = [[i32; NR]; KMAX];
+
 /// Instructions over `s0..s1`, chained from C = 0.
 #[inline(always)]
-fn run(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, s0: usize, s1: usize) -> [f32; NR] {
+#[allow(clippy::too_many_arguments)]
+fn run(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, s0: usize, s1: usize, x: &mut Scratch) -> [f32; NR] {
     let k = bp.k;
     let (ar, br) = (row * k, panel * k);
     let mut acc = Acc::zero();
-    // Scratch for the alignment exponents of one instruction (not re-zeroed: each instruction writes the
-    // rows it reads).
-    let mut x = [[0i32; NR]; KMAX];
     let mut i0 = s0;
     while i0 < s1 {
         let i1 = (i0 + t.k_inst).min(s1);
-        instruction(t, &mut acc, &mut x, &a.e[ar + i0..ar + i1], &a.m[ar + i0..ar + i1], &bp.e[br + i0..br + i1], &bp.m[br + i0..br + i1]);
+        instruction(t, &mut acc, x, &a.e[ar + i0..ar + i1], &a.m[ar + i0..ar + i1], &bp.e[br + i0..br + i1], &bp.m[br + i0..br + i1]);
         i0 = i1;
     }
     acc.to_f32()
@@ -217,15 +251,16 @@ fn run(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, s0: u
 
 /// The chain over K range `k0..k1` from C = 0 (promotion every `promote_every` into IEEE f32 adds).
 #[inline(always)]
-fn chain(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, k0: usize, k1: usize) -> [f32; NR] {
+#[allow(clippy::too_many_arguments)]
+fn chain(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, k0: usize, k1: usize, x: &mut Scratch) -> [f32; NR] {
     match t.promote_every {
-        None => run(t, a, row, bp, panel, k0, k1),
+        None => run(t, a, row, bp, panel, k0, k1, x),
         Some(p) => {
             let mut fin = [0.0f32; NR];
             let mut s0 = k0;
             while s0 < k1 {
                 let s1 = (s0 + p).min(k1);
-                let part = run(t, a, row, bp, panel, s0, s1);
+                let part = run(t, a, row, bp, panel, s0, s1, x);
                 for l in 0..NR {
                     fin[l] += part[l];
                 }
@@ -245,58 +280,49 @@ fn fast_path_fits(t: &TensorCore) -> Option<u32> {
     (t.k_inst >= 1 && t.k_inst <= KMAX && max_p * t.k_inst as u64 <= i32::MAX as u64 && t.n_bits <= 40).then_some(shift)
 }
 
-pub(super) fn gemm_nt(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> Array2<f64> {
-    gemm_nt_lanes(t, a, b, scales, wide_lanes_available())
+pub(super) fn gemm_nt_into(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, c: ArrayViewMut2<f64>) {
+    gemm_nt_lanes(t, a, b, scales, wide_lanes_available(), c)
 }
 
 /// [`super::gemm_nt`] for a tensor-core model without the AVX-512 build of the kernel (the path other
 /// CPUs take), so that tests on an AVX-512 machine cover both builds.
 #[doc(hidden)]
 pub fn gemm_nt_portable(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> Array2<f64> {
-    gemm_nt_lanes(t, a, b, scales, false)
+    let mut c = Array2::<f64>::zeros((a.nrows(), b.nrows()));
+    gemm_nt_lanes(t, a, b, scales, false, c.view_mut());
+    c
 }
 
-fn gemm_nt_lanes(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, wide: bool) -> Array2<f64> {
-    let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
+/// Writes every entry of `c` ([M, N]); the caller's array is the result, so no M×N temporary is made
+/// (the emulator's weight gradients are 3M entries per expert).
+fn gemm_nt_lanes(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, wide: bool, mut c: ArrayViewMut2<f64>) {
+    let (m, n) = (a.nrows(), b.nrows());
+    assert_eq!(c.dim(), (m, n), "output shape");
+    if m == 0 || n == 0 {
+        return;
+    }
     let fast = fast_path_fits(t).and_then(|shift| {
         let da = decompose_rows(a, t.operands.0)?;
-        let db = decompose_rows(b, t.operands.1)?;
-        Some((shift, da, db))
+        let bp = panels(b, t.operands.1, shift)?;
+        Some((da, bp))
     });
-    let mut c = Array2::<f64>::zeros((m, n));
-    if m == 0 || n == 0 {
-        return c;
-    }
-    let Some((shift, da, db)) = fast else {
-        return slow_gemm(t, a, b, scales);
+    let Some((da, bp)) = fast else {
+        return c.assign(&slow_gemm(t, a, b, scales));
     };
-    let bp = panels(&db, n, k, shift);
     // Panel by panel, every row of A against one panel of B (k x 16 lanes, 256 KiB at K = 2048) while it
-    // is in cache: row by row over all of B streamed the whole of B from memory once per row of A.
-    let np = n.div_ceil(NR);
-    let cols: Vec<Vec<f64>> = (0..np)
-        .into_par_iter()
-        .map(|p| {
-            let mut out = vec![0.0f64; m * NR];
-            if wide {
-                // SAFETY: the CPU has the features `panel_wide` is compiled for (checked at run time).
-                #[cfg(target_arch = "x86_64")]
-                unsafe {
-                    panel_wide(t, &da, m, &bp, p, n, scales, &mut out)
-                }
-            } else {
-                panel_rows(t, &da, m, &bp, p, n, scales, &mut out)
+    // is in cache: row by row over all of B streamed the whole of B from memory once per row of A. Each
+    // panel writes its own NR columns of `c`.
+    c.axis_chunks_iter_mut(Axis(1), NR).into_par_iter().enumerate().for_each(|(p, mut cols)| {
+        if wide {
+            // SAFETY: the CPU has the features `panel_wide` is compiled for (checked at run time).
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                panel_wide(t, &da, m, &bp, p, n, scales, &mut cols)
             }
-            out
-        })
-        .collect();
-    for (p, block) in cols.iter().enumerate() {
-        let w = NR.min(n - p * NR);
-        for (i, lanes) in block.chunks_exact(NR).enumerate() {
-            c.row_mut(i).as_slice_mut().expect("fresh array")[p * NR..p * NR + w].copy_from_slice(&lanes[..w]);
+        } else {
+            panel_rows(t, &da, m, &bp, p, n, scales, &mut cols)
         }
-    }
-    c
+    });
 }
 
 /// Whether the AVX-512 build of the row kernel can run here.
@@ -320,22 +346,23 @@ fn wide_lanes_available() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx512cd")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn panel_wide(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut [f64]) {
+unsafe fn panel_wide(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut ArrayViewMut2<f64>) {
     panel_rows(t, a, m, bp, p, n, scales, out)
 }
 
-/// Panel `p` (output columns `p·NR ..`) for every row of A: `out[i·NR + l]`.
+/// Panel `p` (output columns `p·NR ..`) for every row of A: `out[[i, l]]`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn panel_rows(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut [f64]) {
+fn panel_rows(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut ArrayViewMut2<f64>) {
     let k = bp.k;
+    let mut x: Scratch = [[0i32; NR]; KMAX];
     for i in 0..m {
         let lanes = match scales {
-            None => chain(t, a, i, bp, p, 0, k),
+            None => chain(t, a, i, bp, p, 0, k, &mut x),
             Some((sa, sb, kb)) => {
                 let mut fin = [0.0f32; NR];
                 for (blk, k0) in (0..k).step_by(kb).enumerate() {
-                    let part = chain(t, a, i, bp, p, k0, (k0 + kb).min(k));
+                    let part = chain(t, a, i, bp, p, k0, (k0 + kb).min(k), &mut x);
                     for l in 0..NR {
                         let j = p * NR + l;
                         if j < n {
@@ -346,8 +373,8 @@ fn panel_rows(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: u
                 fin
             }
         };
-        for l in 0..NR.min(n - p * NR) {
-            out[i * NR + l] = f64::from(lanes[l]);
+        for (o, &v) in out.row_mut(i).iter_mut().zip(&lanes) {
+            *o = f64::from(v);
         }
     }
 }

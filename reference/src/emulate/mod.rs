@@ -15,9 +15,10 @@
 pub mod act_bound;
 pub mod tightness;
 pub mod operand;
+pub mod products;
 pub mod stage;
 
-use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Axis, CowArray, Ix3, Zip};
+use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Axis, CowArray, Ix2, Ix3, Zip};
 use rayon::prelude::*;
 
 use crate::accum::{self, Model};
@@ -29,7 +30,7 @@ use crate::recipe::{Recipe, Storage};
 use crate::route;
 
 pub use stage::{accumulation_coefficient, GemmPlan, Tracked};
-use stage::{dot_bound, dot_dev, gemm_stage_with, store, store_dev};
+use stage::{dot_bound, dot_dev, gemm_stage_into, gemm_stage_with, store, store_dev, Fed, StageIn, StageOut};
 
 /// A recipe that cannot be run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -155,11 +156,25 @@ fn read_as3(x: &Array3<f64>, st: Storage) -> (CowArray<'_, f64, Ix3>, Option<Arr
     (CowArray::from(v), any.then_some(b))
 }
 
+/// A stage operand from its value, bound and deviation bound.
+fn op<'a>(v: ArrayView2<'a, f64>, b: ArrayView2<'a, f64>, d: Option<ArrayView2<'a, f64>>) -> StageIn<'a> {
+    StageIn { v, b, d }
+}
+
 /// Expert `e`'s slice of a weight's bounds (zeros, without storage, when the weight is exact).
 fn bound_of<'a>(b: &'a Option<Array3<f64>>, zero: &'a Array2<f64>, e: usize, shape: (usize, usize)) -> ArrayView2<'a, f64> {
     match b {
         Some(b) => b.index_axis(Axis(0), e),
         None => zero.broadcast(shape).expect("a 1x1 array broadcasts"),
+    }
+}
+
+/// The transpose of expert `e`'s slice of a weight's bounds (`shape` untransposed): a contiguous copy
+/// when the weight has bounds, else the transposed zero broadcast (no weight-sized array of zeros).
+fn bound_t<'a>(b: &'a Option<Array3<f64>>, zero: &'a Array2<f64>, e: usize, shape: (usize, usize)) -> CowArray<'a, f64, Ix2> {
+    match b {
+        Some(b) => CowArray::from(transposed(b.index_axis(Axis(0), e))),
+        None => CowArray::from(zero.broadcast((shape.1, shape.0)).expect("a 1x1 array broadcasts")),
     }
 }
 
@@ -172,33 +187,39 @@ fn rows_of(t: &Tracked, r: std::ops::Range<usize>) -> (ArrayView2<'_, f64>, Arra
     (t.v.slice(s![r.clone(), ..]), t.b.slice(s![r, ..]))
 }
 
-/// Run `f` for every expert in parallel and assemble the expert-major rows of its results.
-fn per_expert<F>(rows: &RowMap, width: usize, f: F) -> (Tracked, Array2<f64>, Vec<stage::GemmOut>)
+/// Run `f` for every expert in parallel, each writing its own rows of the expert-major results (values,
+/// bounds, deviations) in place; what each expert's stage fed, in expert order.
+fn per_expert<F>(rows: &RowMap, width: usize, f: F) -> (Tracked, Array2<f64>, Vec<Fed>)
 where
-    F: Fn(usize) -> stage::GemmOut + Sync,
+    F: Fn(usize, StageOut<f64>) -> Fed + Sync,
 {
-    let outs: Vec<stage::GemmOut> = (0..rows.experts).into_par_iter().map(&f).collect();
     let m = rows.rows();
     let mut v = crate::bigmem::zeros((m, width));
     let mut b = crate::bigmem::zeros((m, width));
     let mut d = crate::bigmem::zeros((m, width));
-    for (e, o) in outs.iter().enumerate() {
-        let r = rows.expert_rows(e);
-        v.slice_mut(s![r.clone(), ..]).assign(&o.out.v);
-        b.slice_mut(s![r.clone(), ..]).assign(&o.out.b);
-        if let Some(dev) = &o.dev {
-            d.slice_mut(s![r, ..]).assign(dev);
+    let fed = {
+        // Disjoint row blocks, one per expert (an expert's rows are contiguous, in expert order).
+        let mut parts = Vec::with_capacity(rows.experts);
+        let (mut v, mut b, mut d) = (v.view_mut(), b.view_mut(), d.view_mut());
+        for e in 0..rows.experts {
+            let len = rows.expert_rows(e).len();
+            let ((hv, tv), (hb, tb), (hd, td)) = (v.split_at(Axis(0), len), b.split_at(Axis(0), len), d.split_at(Axis(0), len));
+            parts.push((e, StageOut { v: hv, b: hb, d: Some(hd) }));
+            (v, b, d) = (tv, tb, td);
         }
-    }
-    (Tracked { v, b }, d, outs)
+        parts.into_par_iter().map(|(e, out)| f(e, out)).collect()
+    };
+    (Tracked { v, b }, d, fed)
 }
 
-/// `x` in f32, rounded up (x ≥ 0 or NaN): nearest, then one ulp up when that fell below.
+/// `x` in f32, rounded up (x ≥ 0 or NaN): nearest, then one ulp up when that fell below. (Written as a
+/// select, so that loops of it vectorise.)
 #[inline]
 pub fn up32(x: f64) -> f32 {
     let f = x as f32;
+    let next = f32::from_bits(f.to_bits().wrapping_add(1));
     if (f as f64) < x {
-        f32::from_bits(f.to_bits() + 1)
+        next
     } else {
         f
     }
@@ -209,10 +230,11 @@ fn up32_all<D: ndarray::Dimension>(x: &ndarray::Array<f64, D>) -> ArrayD<f32> {
     x.mapv(up32).into_dyn()
 }
 
-/// Per-expert weight-shaped results `[E, p, q]`: values, and bounds and deviations in f32 rounded up.
+/// Per-expert weight-shaped results `[E, p, q]`, each expert's written in place by `f`: values, and
+/// bounds and deviations in f32 rounded up.
 fn per_expert_w<F>(e_n: usize, shape: (usize, usize), f: F) -> (Array3<f64>, Array3<f32>, Array3<f32>)
 where
-    F: Fn(usize) -> stage::GemmOut + Sync,
+    F: Fn(usize, StageOut<f32>) + Sync,
 {
     let mut v = crate::bigmem::zeros((e_n, shape.0, shape.1));
     let mut b = crate::bigmem::zeros((e_n, shape.0, shape.1));
@@ -222,19 +244,12 @@ where
         .zip(b.axis_iter_mut(Axis(0)))
         .zip(d.axis_iter_mut(Axis(0)))
         .enumerate()
-        .for_each(|(e, ((mut v, mut b), mut d))| {
-            let o = f(e);
-            v.assign(&o.out.v);
-            Zip::from(&mut b).and(&o.out.b).for_each(|b, &x| *b = up32(x));
-            if let Some(dev) = &o.dev {
-                Zip::from(&mut d).and(dev).for_each(|d, &x| *d = up32(x));
-            }
-        });
+        .for_each(|(e, ((v, b), d))| f(e, StageOut { v, b, d: Some(d) }));
     (v, b, d)
 }
 
 /// Stack per-expert quantised weight operands into `q.<name>` `[E, ...]`.
-fn stack_weights(name: &str, outs: &[stage::GemmOut]) -> Option<Quantised> {
+fn stack_weights(name: &str, outs: &[Fed]) -> Option<Quantised> {
     let qs: Vec<&QuantTensor> = outs.iter().filter_map(|o| o.qb.as_ref()).collect();
     if qs.len() != outs.len() || qs.is_empty() {
         return None;
@@ -305,12 +320,12 @@ fn routing_backward_magnitude(cfg: &crate::config::Routing, routed: &route::Rout
 }
 
 /// Drop a stage's quantised operands unless they are kept for output.
-fn keep_q(mut o: stage::GemmOut, keep: bool) -> stage::GemmOut {
-    if !keep {
-        o.qa = None;
-        o.qb = None;
+fn keep_q(o: Fed, keep: bool) -> Fed {
+    if keep {
+        o
+    } else {
+        Fed { qa: None, qb: None }
     }
-    o
 }
 
 /// Emulate forward (and backward when `inp.dy` is present) under `recipe`, keeping the quantised
@@ -370,11 +385,11 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
 
     // GEMM1: h = x_rows · w13[e]ᵀ
     let (h, h_d, outs) = timed("emulate fwd.h", || {
-        per_expert(&rows, 2 * id, |e| {
+        per_expert(&rows, 2 * id, |e, out| {
             let (a, ab) = rows_of(&x_rows, rows.expert_rows(e));
             let none = zero.broadcast(a.dim()).expect("1x1 broadcasts");
-            let out = gemm_stage_with(&plans.gemm1, a, ab, Some(none), w13_v.index_axis(Axis(0), e), bound_of(&w13_b, &zero, e, (2 * id, hd)), None, st.h);
-            keep_q(out, keep_quantised)
+            let fed = gemm_stage_into(&plans.gemm1, op(a, ab, Some(none)), op(w13_v.index_axis(Axis(0), e), bound_of(&w13_b, &zero, e, (2 * id, hd)), None), st.h, out);
+            keep_q(fed, keep_quantised)
         })
     });
     if keep_quantised {
@@ -406,11 +421,11 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
 
     // GEMM2: o = a · w2[e]ᵀ
     let (o, o_d, outs) = timed("emulate fwd.o", || {
-        per_expert(&rows, hd, |e| {
+        per_expert(&rows, hd, |e, out| {
             let r = rows.expert_rows(e);
             let (av, ab) = rows_of(&a, r.clone());
-            let out = gemm_stage_with(&plans.gemm2, av, ab, Some(a_d.slice(s![r, ..])), w2_v.index_axis(Axis(0), e), bound_of(&w2_b, &zero, e, (hd, id)), None, st.o);
-            keep_q(out, keep_quantised)
+            let fed = gemm_stage_into(&plans.gemm2, op(av, ab, Some(a_d.slice(s![r, ..]))), op(w2_v.index_axis(Axis(0), e), bound_of(&w2_b, &zero, e, (hd, id)), None), st.o, out);
+            keep_q(fed, keep_quantised)
         })
     });
     if keep_quantised {
@@ -511,12 +526,12 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
 
     // da = do · w2[e]
     let (da, da_d, _) = timed("emulate bwd.da", || {
-        per_expert(rows, id, |e| {
+        per_expert(rows, id, |e, out| {
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&do_, r.clone());
             let wt = transposed(w2_v.index_axis(Axis(0), e));
-            let wtb = transposed(bound_of(&w2_b, &zero, e, (hd, id)));
-            keep_q(gemm_stage_with(&plans.dgrad2, dv, db, Some(do_d.slice(s![r, ..])), wt.view(), wtb.view(), None, st.da), false)
+            let wtb = bound_t(&w2_b, &zero, e, (hd, id));
+            keep_q(gemm_stage_into(&plans.dgrad2, op(dv, db, Some(do_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.da, out), false)
         })
     });
     if keep_quantised {
@@ -545,24 +560,24 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
 
     // grad.w2[e] = do_eᵀ · a_e
     let (gw2, gw2_b, gw2_d) = timed("emulate grad.w2", || {
-        per_expert_w(e_n, (hd, id), |e| {
+        per_expert_w(e_n, (hd, id), |e, out| {
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&do_, r.clone());
             let (av, ab) = rows_of(&a, r.clone());
             let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
             let (dd, add) = (t(do_d.slice(s![r.clone(), ..])), t(a_d.slice(s![r, ..])));
-            gemm_stage_with(&plans.wgrad2, t(dv).view(), t(db).view(), Some(dd.view()), t(av).view(), t(ab).view(), Some(add.view()), st.grad_w)
+            gemm_stage_into(&plans.wgrad2, op(t(dv).view(), t(db).view(), Some(dd.view())), op(t(av).view(), t(ab).view(), Some(add.view())), st.grad_w, out);
         })
     });
 
     // dx_rows = dh · w13[e]
     let (dx_rows, dx_d, _) = timed("emulate bwd.dx_rows", || {
-        per_expert(rows, hd, |e| {
+        per_expert(rows, hd, |e, out| {
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&dh, r.clone());
             let wt = transposed(w13_v.index_axis(Axis(0), e));
-            let wtb = transposed(bound_of(&w13_b, &zero, e, (2 * id, hd)));
-            keep_q(gemm_stage_with(&plans.dgrad1, dv, db, Some(dh_d.slice(s![r, ..])), wt.view(), wtb.view(), None, st.dx_rows), false)
+            let wtb = bound_t(&w13_b, &zero, e, (2 * id, hd));
+            keep_q(gemm_stage_into(&plans.dgrad1, op(dv, db, Some(dh_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.dx_rows, out), false)
         })
     });
     if keep_quantised {
@@ -571,13 +586,13 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
 
     // grad.w13[e] = dh_eᵀ · x_rows_e
     let (gw13, gw13_b, gw13_d) = timed("emulate grad.w13", || {
-        per_expert_w(e_n, (2 * id, hd), |e| {
+        per_expert_w(e_n, (2 * id, hd), |e, out| {
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&dh, r.clone());
             let (xv, xb) = rows_of(&x_rows, r.clone());
             let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
             let dd = t(dh_d.slice(s![r, ..]));
-            gemm_stage_with(&plans.wgrad1, t(dv).view(), t(db).view(), Some(dd.view()), t(xv).view(), t(xb).view(), None, st.grad_w)
+            gemm_stage_into(&plans.wgrad1, op(t(dv).view(), t(db).view(), Some(dd.view())), op(t(xv).view(), t(xb).view(), None), st.grad_w, out);
         })
     });
 

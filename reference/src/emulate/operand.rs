@@ -154,6 +154,63 @@ impl OperandPlan {
     }
 }
 
+impl OperandPlan {
+    /// `(m, t)` with `m = |v| + e` (≥ |exact|) and `t = m + (fed error + e)`: what a stage's bound needs of a
+    /// quantised operand with emulated value `v` and bound `e`, the fed error being [`Self::fed_error`] of
+    /// the magnitudes `|v| ± widen·e` ([`magnitude_bounds`]). The same operations as those calls, in two
+    /// passes and without their operand-sized intermediates (weights are 3M elements per expert, and were
+    /// ten such passes per stage).
+    pub fn fed_magnitudes(&self, v: ArrayView2<f64>, e: ArrayView2<f64>, widen: f64) -> (Array2<f64>, Array2<f64>) {
+        let (u, eta, maxf, _) = element_numbers(self.spec.format).expect("checked in parse");
+        let (rows, cols) = v.dim();
+        let (gr, gc) = self.spec.block.grid(rows, cols);
+        let (br, bc) = self.spec.block.dims();
+        let hi = |v: f64, e: f64| v.abs() + widen * e;
+        let lo = |v: f64, e: f64| (v.abs() - widen * e).max(0.0);
+        let mut amax_hi = Array2::<f64>::zeros((gr, gc));
+        let mut amax_lo = Array2::<f64>::zeros((gr, gc));
+        for (r, (vr, er)) in v.rows().into_iter().zip(e.rows()).enumerate() {
+            for j in 0..gc {
+                let b = (r / br, j);
+                let (mut mh, mut ml) = (amax_hi[b], amax_lo[b]);
+                for c in j * bc..((j + 1) * bc).min(cols) {
+                    mh = f64::max(mh, hi(vr[c], er[c]));
+                    ml = f64::max(ml, lo(vr[c], er[c]));
+                }
+                (amax_hi[b], amax_lo[b]) = (mh, ml);
+            }
+        }
+        let s_hi = amax_hi.mapv(|a| self.scale_hi(a));
+        let s_lo = amax_lo.mapv(|a| self.scale_lo(a));
+        let sat = self.can_saturate();
+        let mut m = Array2::<f64>::zeros((rows, cols));
+        let mut t = Array2::<f64>::zeros((rows, cols));
+        for (r, (((vr, er), mut mr), mut tr)) in v.rows().into_iter().zip(e.rows()).zip(m.rows_mut()).zip(t.rows_mut()).enumerate() {
+            for j in 0..gc {
+                let b = (r / br, j);
+                let (sh, sl) = (s_hi[b], s_lo[b]);
+                for c in j * bc..((j + 1) * bc).min(cols) {
+                    let (v, e) = (vr[c], er[c]);
+                    let x = hi(v, e);
+                    let fed = if x == 0.0 {
+                        0.0 // zero quantises to zero under every rule
+                    } else {
+                        let mut fe = (u + 2f64.powi(-21)) * x + eta * sh;
+                        if sat {
+                            fe += (x - maxf * sl).max(0.0);
+                        }
+                        fe
+                    };
+                    let me = v.abs() + e;
+                    mr[c] = me;
+                    tr[c] = me + (fed + e);
+                }
+            }
+        }
+        (m, t)
+    }
+}
+
 /// `|v| + b` and `max(|v| − b, 0)`: bounds on the magnitude of the exact value from an emulated value `v`
 /// with bound `b` — and, with the bound doubled, on any faithful kernel's value.
 pub fn magnitude_bounds(v: ArrayView2<f64>, b: ArrayView2<f64>, widen: f64) -> (Array2<f64>, Array2<f64>) {

@@ -12,15 +12,15 @@
 //! and storing the f32 accumulator as bf16 adds `u_s·(|acc| + …) + η_s`. The two sums are two plain f64
 //! GEMMs of non-negative matrices, made upper bounds by their own error factor.
 
-use gemm::Parallelism;
-use ndarray::{Array2, ArrayView2, CowArray, Ix2, Zip};
+use ndarray::{Array2, ArrayView2, ArrayViewMut2, Zip};
 
 use crate::accum::{self, Model, TensorCore};
 use crate::formats::Format;
 use crate::quant::{self, QuantTensor};
 use crate::recipe::{GemmRecipe, Storage};
 
-use super::operand::{magnitude_bounds, OperandPlan};
+use super::operand::OperandPlan;
+use super::products::{abs_factor, abs_gemm_into, row_tiles, Operand, Products};
 use super::EmulateError;
 
 /// Relative slack for the oracle's own f64 roundings (each exact stage rounds once to f64; the bound is
@@ -79,20 +79,9 @@ pub fn underflow_term(k: usize) -> f64 {
 /// `C = A·Bᵀ` in plain f64 for non-negative matrices, scaled up by its own worst rounding so that it is an
 /// upper bound of the real product (or, with `down`, scaled down to a lower bound).
 pub fn abs_gemm_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, down: bool) -> Array2<f64> {
-    let (m, k) = a.dim();
-    let n = b.nrows();
-    let a = a.as_standard_layout();
-    let b = b.as_standard_layout();
-    let mut c = Array2::<f64>::zeros((m, n));
-    if k > 0 && m > 0 && n > 0 {
-        let par = if m * n * k > (1 << 22) && rayon::current_thread_index().is_none() { Parallelism::Rayon(0) } else { Parallelism::None };
-        // SAFETY: standard-layout buffers of m·k, n·k and m·n elements with the strides given.
-        unsafe {
-            gemm::gemm(m, n, k, c.as_mut_ptr(), 1, n as isize, false, a.as_ptr(), 1, k as isize, b.as_ptr(), k as isize, 1, 0.0, 1.0, false, false, false, par);
-        }
-    }
-    let f = (k as f64 + 2.0) * 2f64.powi(-52);
-    let factor = if down { 1.0 - f } else { 1.0 + f };
+    let mut c = Array2::<f64>::zeros((a.nrows(), b.nrows()));
+    abs_gemm_into(a, b, c.view_mut());
+    let factor = abs_factor(a.ncols(), down);
     c.mapv_inplace(|v| v * factor);
     c
 }
@@ -203,13 +192,155 @@ pub fn gemm_stage_with(
     bd: Option<ArrayView2<f64>>,
     st: Storage,
 ) -> GemmOut {
-    let k = a.ncols();
+    let dim = (a.nrows(), b.nrows());
+    let (mut v, mut bound) = (Array2::zeros(dim), Array2::zeros(dim));
+    let mut dev = (ad.is_some() || bd.is_some()).then(|| Array2::zeros(dim));
+    let out = StageOut { v: v.view_mut(), b: bound.view_mut(), d: dev.as_mut().map(|d| d.view_mut()) };
+    let Fed { qa, qb } = gemm_stage_into(plan, StageIn { v: a, b: ab, d: ad }, StageIn { v: b, b: bb, d: bd }, st, out);
+    GemmOut { out: Tracked { v, b: bound }, dev, qa, qb }
+}
+
+/// How a caller keeps bounds and deviations: f64, or f32 rounded up (sound, and half the memory).
+pub trait BoundElem: Copy + Send + Sync {
+    fn from_bound(x: f64) -> Self;
+}
+
+impl BoundElem for f64 {
+    #[inline(always)]
+    fn from_bound(x: f64) -> f64 {
+        x
+    }
+}
+
+impl BoundElem for f32 {
+    #[inline(always)]
+    fn from_bound(x: f64) -> f32 {
+        super::up32(x)
+    }
+}
+
+/// Where [`gemm_stage_into`] writes, each `[M, N]`: the stored values, their bounds, and (written only
+/// when the stage has input deviations) the deviation bounds.
+pub struct StageOut<'a, B> {
+    pub v: ArrayViewMut2<'a, f64>,
+    pub b: ArrayViewMut2<'a, B>,
+    pub d: Option<ArrayViewMut2<'a, B>>,
+}
+
+/// An operand of [`gemm_stage_into`]: emulated value, bound, and deviation bound (`None` = 0).
+pub struct StageIn<'a> {
+    pub v: ArrayView2<'a, f64>,
+    pub b: ArrayView2<'a, f64>,
+    pub d: Option<ArrayView2<'a, f64>>,
+}
+
+/// The quantised operands a stage fed (for `q.<name>` outputs).
+pub struct Fed {
+    pub qa: Option<QuantTensor>,
+    pub qb: Option<QuantTensor>,
+}
+
+/// One operand's arrays for the bound GEMMs ([`products`]): `m ≥ |exact|`, `t = m + E` (E: the error of
+/// what is fed) and, for deviations, `f = |fed value|` and `f1 = f + D` (D: its deviation). `None` where
+/// the array would equal another bit for bit (`t`, `f`: equal to `m`; `f1`: to `f`), so that neither
+/// the array nor a GEMM of it is made twice.
+struct BoundOperand {
+    m: Array2<f64>,
+    t: Option<Array2<f64>>,
+    f: Option<Array2<f64>>,
+    f1: Option<Array2<f64>>,
+}
+
+impl BoundOperand {
+    /// The operand's bound arrays from its emulated value `v`, bound `e` and (for deviations) deviation
+    /// `d`, quantised as `p` (to `q`). Operands are 3M elements per expert for weights, so no array is
+    /// made that is not needed.
+    fn new(v: ArrayView2<f64>, e: ArrayView2<f64>, d: Option<ArrayView2<f64>>, p: &Option<OperandPlan>, q: &Option<QuantTensor>) -> Self {
+        // An exactly-zero error adds nothing (m ≥ 0, and m + 0 = m bit for bit).
+        let (m, t) = match p {
+            Some(p) => {
+                let (m, t) = p.fed_magnitudes(v, e, 2.0);
+                (m, Some(t))
+            }
+            None => {
+                let m = Zip::from(v).and(e).map_collect(|&v, &e| v.abs() + e);
+                let t = (!all_zero(&e)).then(|| &m + &e);
+                (m, t)
+            }
+        };
+        let (f, f1) = match (d, p, q) {
+            (None, ..) => (None, None),
+            (Some(d), Some(p), Some(q)) => {
+                let f = q.dequantize_abs();
+                // No deviation in, none out (a weight read as stored): the fed values are the same
+                // codes and scales ([`OperandPlan::fed_deviation`] gives zeros, unless a scale is NaN).
+                let unmoved = all_zero(&d) && q.scale.iter().all(|s| !s.is_nan());
+                let fd = (!unmoved).then(|| p.fed_deviation(v, d, q));
+                let f1 = fd.filter(|fd| !all_zero(&fd.view())).map(|fd| &f + &fd);
+                (Some(f), f1)
+            }
+            (Some(d), ..) => {
+                // |v| equals m when the bound is zero.
+                let f = (!all_zero(&e)).then(|| v.mapv(f64::abs));
+                let f1 = (!all_zero(&d)).then(|| f.as_ref().unwrap_or(&m) + &d);
+                (f, f1)
+            }
+        };
+        BoundOperand { m, t, f, f1 }
+    }
+
+    /// `(id, array)` of each role; equal ids mean equal values (id 0: `m`, 1: `t`, 2: `f`, 3: `f1`).
+    fn m(&self) -> Operand<'_> {
+        Operand { id: 0, v: self.m.view() }
+    }
+    fn t(&self) -> Operand<'_> {
+        self.t.as_ref().map_or(self.m(), |t| Operand { id: 1, v: t.view() })
+    }
+    fn f(&self) -> Operand<'_> {
+        self.f.as_ref().map_or(self.m(), |f| Operand { id: 2, v: f.view() })
+    }
+    fn f1(&self) -> Operand<'_> {
+        self.f1.as_ref().map_or(self.f(), |f1| Operand { id: 3, v: f1.view() })
+    }
+    /// Whether the fed operand has no deviation.
+    fn exact(&self) -> bool {
+        self.f1.is_none()
+    }
+}
+
+/// Whether every element is zero (a broadcast zero is checked by its one element).
+fn all_zero(e: &ArrayView2<f64>) -> bool {
+    is_zero_broadcast(e) || e.iter().all(|&x| x == 0.0)
+}
+
+/// How the deviation bound is formed ([`gemm_stage_into`]).
+#[derive(Clone, Copy, PartialEq)]
+enum DevMode {
+    /// No deviations asked for.
+    None,
+    /// Exact fed operands and the same schedule: the same bits, deviation zero.
+    Zero,
+    /// Exact fed operands, another order: the accumulation of both.
+    Orders,
+    /// Operand deviations through the products, and the accumulation of both.
+    Full,
+}
+
+/// [`gemm_stage_with`] written into `out` (the caller's arrays: a weight gradient's per-expert slice,
+/// or an expert's rows), one tile of output rows at a time ([`products`]): nothing output-sized is
+/// allocated here besides the tensor-core model's own work.
+pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st: Storage, out: StageOut<B>) -> Fed {
+    let (StageIn { v: a, b: ab, d: ad }, StageIn { v: b, b: bb, d: bd }) = (a, b);
+    let StageOut { v: mut raw, b: mut bound, d: mut dev } = out;
+    let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
+    assert_eq!(raw.dim(), (m, n), "output shape");
     let qa = plan.a.as_ref().map(|p| quant::quantize(a, &p.spec));
     let qb = plan.b.as_ref().map(|p| quant::quantize(b, &p.spec));
 
-    // What the tensor cores compute. A tensor-core model is told the formats of what it is fed (they fix
-    // how a subnormal operand aligns): the element format of an operand fed as codes, bf16 for values
-    // (stored bf16, or dequantised codes, which bf16 holds exactly).
+    // What the tensor cores compute, into the output's values (rounded to storage at the end). A
+    // tensor-core model is told the formats of what it is fed (they fix how a subnormal operand aligns):
+    // the element format of an operand fed as codes, bf16 for values (stored bf16, or dequantised codes,
+    // which bf16 holds exactly).
     let fed_as_codes = plan.promotes().is_some();
     let fmt_of = |q: &Option<QuantTensor>| match q {
         Some(q) if fed_as_codes => q.spec.format,
@@ -220,119 +351,179 @@ pub fn gemm_stage_with(
         Model::TensorCore(tc) => Model::TensorCore(TensorCore { operands: (fmt_a, fmt_b), ..tc }),
         m => m,
     };
-    let raw = match plan.promotes() {
+    match plan.promotes() {
         Some(kb) => {
             let nkb = k.div_ceil(kb);
             let ones = |rows| Array2::from_elem((rows, nkb), 1.0);
             let (fa, sa) = match &qa { Some(q) => (q.q.view(), row_scales(q, a.nrows())), None => (a, ones(a.nrows())) };
             let (fb, sb) = match &qb { Some(q) => (q.q.view(), row_scales(q, b.nrows())), None => (b, ones(b.nrows())) };
-            accum::gemm_nt(&model, fa, fb, Some((sa.view(), sb.view(), kb)))
+            accum::gemm_nt_into(&model, fa, fb, Some((sa.view(), sb.view(), kb)), raw.view_mut())
         }
         None => {
             let da = qa.as_ref().map(|q| q.dequantize());
             let db = qb.as_ref().map(|q| q.dequantize());
             let fa = da.as_ref().map_or(a, |d| d.view());
             let fb = db.as_ref().map_or(b, |d| d.view());
-            accum::gemm_nt(&model, fa, fb, None)
+            accum::gemm_nt_into(&model, fa, fb, None, raw.view_mut())
         }
-    };
+    }
 
-    // The bound.
-    // Per operand: `m` ≥ |exact| and the error `e` of what is fed (None: exactly zero, e.g. a weight read
-    // in its own storage format, whose bound is a broadcast zero). Weight operands are 3M elements per
-    // expert here, so no array is made that is not needed.
-    let fed = |v: ArrayView2<f64>, e: ArrayView2<f64>, p: &Option<OperandPlan>| -> (Array2<f64>, Option<Array2<f64>>) {
-        let m_exact = Zip::from(v).and(e).map_collect(|&v, &e| v.abs() + e);
-        let err = match p {
-            Some(p) => {
-                let (hi, lo) = magnitude_bounds(v, e, 2.0);
-                let mut err = p.fed_error(hi.view(), lo.view());
-                err += &e;
-                Some(err)
-            }
-            None if is_zero_broadcast(&e) => None,
-            None => Some(e.to_owned()),
-        };
-        (m_exact, err)
+    // The bound: per entry, with s = Σ t_a·t_b and s0 = Σ m_a·m_b (as upper and lower bounds),
+    // `(s − s0) + κ·s + underflow` (operands and accumulation); deviations alike from the fed operands.
+    let zero = Array2::<f64>::zeros((1, 1));
+    let zeros = |dim| zero.broadcast(dim).expect("a 1x1 array broadcasts");
+    let want_dev = ad.is_some() || bd.is_some();
+    let (ad, bd) = (want_dev.then(|| ad.unwrap_or_else(|| zeros(a.dim()))), want_dev.then(|| bd.unwrap_or_else(|| zeros(b.dim()))));
+    let oa = BoundOperand::new(a, ab, ad, &plan.a, &qa);
+    let ob = BoundOperand::new(b, bb, bd, &plan.b, &qb);
+    let exact_inputs = oa.exact() && ob.exact();
+    let mode = match (want_dev, exact_inputs, plan.same_schedule) {
+        (false, ..) => DevMode::None,
+        (true, true, true) => DevMode::Zero, // same fed operands, same schedule: the same bits
+        (true, true, false) => DevMode::Orders,
+        (true, false, _) => DevMode::Full,
     };
-    let (ma, ea) = fed(a, ab, &plan.a);
-    let (mb, eb) = fed(b, bb, &plan.b);
-    let (ta, tb) = (plus(&ma, ea.as_ref()), plus(&mb, eb.as_ref()));
-    let s = abs_gemm_nt(ta.view(), tb.view(), false);
-    let mut p0 = abs_gemm_nt(ma.view(), mb.view(), true);
+    let mut products = Products::default();
+    let slot_s = products.add(oa.t(), ob.t());
+    let slot_s0 = products.add(oa.m(), ob.m());
+    let slot_d1 = matches!(mode, DevMode::Orders | DevMode::Full).then(|| products.add(oa.f1(), ob.f1()));
+    let slot_d0 = (mode == DevMode::Full).then(|| products.add(oa.f(), ob.f()));
+    let (up, down) = (abs_factor(k, false), abs_factor(k, true));
     let kappa = accumulation_coefficient(&plan.model, k) + ORACLE_SLACK;
     let under = underflow_term(k);
-    // In place over p0 (a weight gradient's outputs are 3M entries per expert: no array more than needed).
-    Zip::from(&mut p0).and(&s).for_each(|p, &s| *p = (s - *p).max(0.0) + kappa * s + under);
-    drop(s);
-    let mut pre = p0;
-    let mut dev_pre = if ad.is_some() || bd.is_some() {
-        let zero = Array2::<f64>::zeros((1, 1));
-        let zeros = |dim| zero.broadcast(dim).expect("a 1x1 array broadcasts");
-        let ad = ad.unwrap_or_else(|| zeros(a.dim()));
-        let bd = bd.unwrap_or_else(|| zeros(b.dim()));
-        // Fed magnitudes and their deviations (None: exactly zero).
-        let fed = |v: ArrayView2<f64>, d: ArrayView2<f64>, p: &Option<OperandPlan>, q: &Option<QuantTensor>| match (p, q) {
-            (Some(p), Some(q)) => (q.dequantize().mapv(f64::abs), Some(p.fed_deviation(v, d, q))),
-            _ => (v.mapv(f64::abs), (!is_zero_broadcast(&d)).then(|| d.to_owned())),
-        };
-        let (fa, fda) = fed(a, ad, &plan.a, &qa);
-        let (fb, fdb) = fed(b, bd, &plan.b, &qb);
-        let exact_inputs = fda.iter().chain(fdb.iter()).all(|d| d.iter().all(|&x| x == 0.0));
-        if exact_inputs && plan.same_schedule {
-            // Same fed operands, same schedule: the same bits.
-            Some(Array2::zeros((a.nrows(), b.nrows())))
-        } else {
-            let s1 = abs_gemm_nt(plus(&fa, fda.as_ref()).view(), plus(&fb, fdb.as_ref()).view(), false);
-            let mut dp = abs_gemm_nt(fa.view(), fb.view(), true); // s0, overwritten in place
-            let orders = if plan.same_schedule { 0.0 } else { 2.0 * accumulation_coefficient(&plan.model, k) };
-            Zip::from(&mut dp).and(&s1).for_each(|d, &s1| {
-                let ops = if exact_inputs { 0.0 } else { (s1 - *d).max(0.0) };
-                *d = ops + orders * s1 + 2.0 * under
-            });
-            Some(dp)
-        }
-    } else {
-        None
+    let orders = if plan.same_schedule { 0.0 } else { 2.0 * accumulation_coefficient(&plan.model, k) };
+    let tc_extra = match model {
+        Model::TensorCore(tc) => Some(TcExtra::new(&tc, k, kappa, fmt_a, fmt_b, (oa.t().v, ob.t().v), fed_as_codes, (&qa, &qb))),
+        _ => None,
     };
-    if let Model::TensorCore(tc) = model {
-        // A subnormal operand aligns at its format's lowest normal exponent, so a product's alignment
-        // exponent may exceed its magnitude: 2^E ≤ 2^(emin_a+1)·s_a·max|b| (and symmetrically), which the
-        // truncation of every term of every instruction is relative to.
-        let row_max = |m: &CowArray<f64, Ix2>| m.rows().into_iter().map(|r| r.iter().fold(0.0f64, |x, &y| x.max(y))).collect::<Vec<f64>>();
-        let (amax, bmax) = (row_max(&ta), row_max(&tb));
+    let (u, eta) = (st.unit_roundoff(), st.underflow());
+
+    // Rows of the outputs are written as slices (every caller's arrays have contiguous rows; an empty
+    // view may carry any strides).
+    let contiguous = |s: &[isize]| m == 0 || n <= 1 || s[1] == 1;
+    assert!(contiguous(raw.strides()) && contiguous(bound.strides()), "output rows contiguous");
+    assert!(dev.as_ref().is_none_or(|d| contiguous(d.strides())), "output rows contiguous");
+    let dev_extra = mode != DevMode::None && !plan.same_schedule;
+    let (mut pre, mut dp) = (vec![0.0; n], vec![0.0; n]);
+    for rows in row_tiles(m, n) {
+        products.compute(rows.clone());
+        let (ps, ps0) = (products.tile(slot_s), products.tile(slot_s0));
+        let pd1 = slot_d1.map(|s| products.tile(s));
+        let pd0 = slot_d0.map(|s| products.tile(s));
+        for (ti, i) in rows.enumerate() {
+            for ((p, &s), &s0) in pre.iter_mut().zip(row_slice(ps, ti)).zip(row_slice(ps0, ti)) {
+                let (s, s0) = (s * up, s0 * down);
+                *p = (s - s0).max(0.0) + kappa * s + under;
+            }
+            match (&pd1, &pd0) {
+                (Some(p1), Some(p0)) => {
+                    for ((d, &s1), &s0) in dp.iter_mut().zip(row_slice(*p1, ti)).zip(row_slice(*p0, ti)) {
+                        let s1 = s1 * up;
+                        let ops = (s1 - s0 * down).max(0.0);
+                        *d = ops + orders * s1 + 2.0 * under;
+                    }
+                }
+                (Some(p1), None) => {
+                    for (d, &s1) in dp.iter_mut().zip(row_slice(*p1, ti)) {
+                        let s1 = s1 * up;
+                        let ops = 0.0;
+                        *d = ops + orders * s1 + 2.0 * under;
+                    }
+                }
+                _ => dp.fill(0.0),
+            }
+            if let Some(x) = &tc_extra {
+                x.add(i, &mut pre, dev_extra.then_some(&mut dp[..]));
+            }
+            // Storage: the rounding grows the bound ([`store`]) and the deviation ([`store_dev`]).
+            let mut v_row = raw.row_mut(i);
+            let v_row = v_row.as_slice_mut().expect("contiguous row");
+            let mut b_row = bound.row_mut(i);
+            let b_row = b_row.as_slice_mut().expect("contiguous row");
+            for ((b, &p), &r) in b_row.iter_mut().zip(&pre).zip(v_row.iter()) {
+                *b = B::from_bound(p + u * (r.abs() + 2.0 * p) + eta);
+            }
+            if let Some(d) = dev.as_mut().filter(|_| mode != DevMode::None) {
+                let mut d_row = d.row_mut(i);
+                let d_row = d_row.as_slice_mut().expect("contiguous row");
+                for ((o, &dp), &r) in d_row.iter_mut().zip(&dp).zip(v_row.iter()) {
+                    let grown = dp + 2.0 * u * (r.abs() + dp) + 2.0 * eta;
+                    *o = B::from_bound(if dp > 0.0 { grown } else { dp });
+                }
+            }
+            st.round_all(v_row);
+        }
+    }
+    Fed { qa, qb }
+}
+
+/// Row `i` of a standard-layout buffer, as a slice that lives as long as the buffer.
+fn row_slice(p: ArrayView2<'_, f64>, i: usize) -> &'_ [f64] {
+    p.index_axis_move(ndarray::Axis(0), i).to_slice().expect("standard layout buffer")
+}
+
+/// The tensor-core model's extra truncation term. A subnormal operand aligns at its format's lowest
+/// normal exponent, so a product's alignment exponent may exceed its magnitude: 2^E ≤
+/// 2^(emin_a+1)·s_a·max|b| (and symmetrically), which the truncation of every term of every instruction
+/// is relative to.
+struct TcExtra {
+    per: f64,
+    ea_min: f64,
+    eb_min: f64,
+    amax: Vec<f64>,
+    bmax: Vec<f64>,
+    sa: Vec<f64>,
+    sb: Vec<f64>,
+}
+
+impl TcExtra {
+    #[allow(clippy::too_many_arguments)]
+    fn new(tc: &TensorCore, k: usize, kappa: f64, fmt_a: Format, fmt_b: Format, (ta, tb): (ArrayView2<f64>, ArrayView2<f64>), fed_as_codes: bool, (qa, qb): (&Option<QuantTensor>, &Option<QuantTensor>)) -> Self {
+        let row_max = |m: ArrayView2<f64>| m.rows().into_iter().map(|r| r.iter().fold(0.0f64, |x, &y| x.max(y))).collect::<Vec<f64>>();
         let scale_max = |q: &Option<QuantTensor>, rows: usize| -> Vec<f64> {
             match q {
                 Some(q) if fed_as_codes => row_scales(q, rows).rows().into_iter().map(|r| 2.0 * r.iter().fold(0.0f64, |x, &y| x.max(y))).collect(),
                 _ => vec![1.0; rows],
             }
         };
-        let (sa, sb) = (scale_max(&qa, a.nrows()), scale_max(&qb, b.nrows()));
-        let (ea_min, eb_min) = (2f64.powi(min_normal_exponent(fmt_a)), 2f64.powi(min_normal_exponent(fmt_b)));
-        let per = k.div_ceil(tc.k_inst) as f64 * (tc.k_inst as f64 + 1.0) * 2f64.powi(-(tc.n_bits as i32)) * (1.0 + 2.0 * kappa);
-        for ((m, n), p) in pre.indexed_iter_mut() {
-            let extra = 2.0 * (ea_min * sa[m] * bmax[n] + eb_min * sb[n] * amax[m]) + ea_min * eb_min * sa[m] * sb[n];
-            *p += per * extra;
-            if let Some(dp) = dev_pre.as_mut().filter(|_| !plan.same_schedule) {
-                dp[[m, n]] += 2.0 * per * extra;
+        TcExtra {
+            per: k.div_ceil(tc.k_inst) as f64 * (tc.k_inst as f64 + 1.0) * 2f64.powi(-(tc.n_bits as i32)) * (1.0 + 2.0 * kappa),
+            ea_min: 2f64.powi(min_normal_exponent(fmt_a)),
+            eb_min: 2f64.powi(min_normal_exponent(fmt_b)),
+            amax: row_max(ta),
+            bmax: row_max(tb),
+            sa: scale_max(qa, ta.nrows()),
+            sb: scale_max(qb, tb.nrows()),
+        }
+    }
+
+    /// Add the term to row `m`'s bounds `pre` (and twice it to the deviations `dp`, when given).
+    fn add(&self, m: usize, pre: &mut [f64], mut dp: Option<&mut [f64]>) {
+        // `2(ea·sa[m]·bmax[n] + eb·sb[n]·amax[m]) + ea·eb·sa[m]·sb[n]`, evaluated left to right as ever
+        // (the row's factors hoisted: the same operations in the same order).
+        let (row_a, row_ab) = (self.ea_min * self.sa[m], self.ea_min * self.eb_min * self.sa[m]);
+        let amax = self.amax[m];
+        let extra = |n: usize| 2.0 * (row_a * self.bmax[n] + self.eb_min * self.sb[n] * amax) + row_ab * self.sb[n];
+        match dp.as_deref_mut() {
+            Some(dp) => {
+                for (n, (p, d)) in pre.iter_mut().zip(dp.iter_mut()).enumerate() {
+                    let extra = extra(n);
+                    *p += self.per * extra;
+                    *d += 2.0 * self.per * extra;
+                }
+            }
+            None => {
+                for (n, p) in pre.iter_mut().enumerate() {
+                    *p += self.per * extra(n);
+                }
             }
         }
     }
-    let dev = dev_pre.map(|dp| store_dev(&raw, dp, st));
-    GemmOut { out: store(raw, pre, st), dev, qa, qb }
 }
 
 /// A broadcast view of zeros (how exact operands' bounds are passed): no storage behind it.
 fn is_zero_broadcast(e: &ArrayView2<f64>) -> bool {
     e.strides().iter().all(|&s| s == 0) && e.iter().next().is_none_or(|&x| x == 0.0)
-}
-
-/// `m + e` elementwise, or `m` itself when `e` is exactly zero (None).
-fn plus<'a>(m: &'a Array2<f64>, e: Option<&Array2<f64>>) -> CowArray<'a, f64, Ix2> {
-    match e {
-        Some(e) => CowArray::from(m + e),
-        None => CowArray::from(m.view()),
-    }
 }
 
 /// The exponent of the smallest normal value of an operand format (where its subnormals align).

@@ -88,9 +88,14 @@ pub fn quantize(x: ArrayView2<f64>, spec: &QuantSpec) -> QuantTensor {
                     for r in r0..r1 {
                         let xr = x.row(r);
                         let qr = &mut qs[(r - r0) * cols..(r - r0 + 1) * cols];
-                        for c in c0..c1 {
-                            // One f32 multiply, then the element cast.
-                            qr[c] = cast_element(spec.format, fl32(xr[c]) * bs.mul, spec.overflow);
+                        match xr.as_slice() {
+                            Some(xs) => cast_run(spec, &xs[c0..c1], bs.mul, &mut qr[c0..c1]),
+                            None => {
+                                for c in c0..c1 {
+                                    // One f32 multiply, then the element cast.
+                                    qr[c] = cast_element(spec.format, fl32(xr[c]) * bs.mul, spec.overflow);
+                                }
+                            }
                         }
                     }
                     sc[bj] = f64::from(bs.scale);
@@ -150,6 +155,49 @@ pub fn cast_element(format: Format, y: f32, overflow: Overflow) -> f64 {
     f64::from(if y.is_sign_negative() { -r } else { r })
 }
 
+/// `out[i] = cast_element(format, fl32(xs[i]) * mul, overflow)` for a run of one block's row. For the
+/// saturating element formats the cast is written without branches ([`cast_saturating`], which the
+/// compiler vectorises) and only a run holding a non-finite product goes element by element.
+fn cast_run(spec: &QuantSpec, xs: &[f64], mul: f32, out: &mut [f64]) {
+    let params = match spec.format {
+        Format::E4M3 if spec.overflow == Overflow::Saturate => Some((3u32, -6i32, 448.0f32)),
+        Format::E5M2 if spec.overflow == Overflow::Saturate => Some((2, -14, 57344.0)),
+        Format::E2M1 => Some((1, 0, 6.0)), // saturates in both modes
+        _ => None,
+    };
+    if let Some((m, emin, max)) = params {
+        let mut finite = true;
+        for (o, &x) in out.iter_mut().zip(xs) {
+            let y = fl32(x) * mul;
+            finite &= y.is_finite();
+            *o = cast_saturating(y, m, emin, max);
+        }
+        if finite {
+            return;
+        }
+    }
+    for (o, &x) in out.iter_mut().zip(xs) {
+        *o = cast_element(spec.format, fl32(x) * mul, spec.overflow);
+    }
+}
+
+/// [`cast_element`] of a finite `y` for a saturating format with `m` mantissa bits, lowest normal
+/// exponent `emin` and largest value `max`: both roundings computed and one selected, so that a loop of
+/// it has no branches. The same arithmetic as [`cast_element`]'s (tests compare the two on every path).
+#[inline(always)]
+fn cast_saturating(y: f32, m: u32, emin: i32, max: f32) -> f64 {
+    let a = y.abs();
+    let c = f32::from_bits(((emin - m as i32 + 23 + 127) as u32) << 23);
+    let sub = (a + c) - c;
+    let shift = 23 - m;
+    let b = a.to_bits();
+    let bias = ((b >> shift) & 1) + (1 << (shift - 1)) - 1;
+    let normal = f32::from_bits(b.wrapping_add(bias) & !((1u32 << shift) - 1));
+    let r = if a < f32::from_bits(((emin + 127) as u32) << 23) { sub } else { normal };
+    let r = if r > max { max } else { r };
+    f64::from(if y.is_sign_negative() { -r } else { r })
+}
+
 /// The f32 maximum of `|x|` over a block: NaN if any element is NaN (`torch.amax` propagates NaN), 0 for
 /// an empty or all-zero block.
 fn amax_f32(block: ArrayView2<f64>) -> f32 {
@@ -168,12 +216,77 @@ impl QuantTensor {
     /// `q * scale` element by element (exact in f64: an element of at most 11 significant bits times an
     /// f32 scale).
     pub fn dequantize(&self) -> Array2<f64> {
+        self.scaled(|x| x)
+    }
+
+    /// `|q * scale|` element by element (the fed magnitudes).
+    pub fn dequantize_abs(&self) -> Array2<f64> {
+        self.scaled(f64::abs)
+    }
+
+    /// `f(q * scale)` element by element, block by block along each row (no per-element block lookup).
+    fn scaled(&self, f: impl Fn(f64) -> f64) -> Array2<f64> {
         let (rows, cols) = self.q.dim();
-        Array2::from_shape_fn((rows, cols), |(r, c)| self.q[[r, c]] * self.scale_of(r, c))
+        let (br, bc) = self.spec.block.dims();
+        let mut out = Array2::<f64>::zeros((rows, cols));
+        for (r, (qr, mut or)) in self.q.rows().into_iter().zip(out.rows_mut()).enumerate() {
+            for (j, s) in self.scale.row(r / br).iter().enumerate() {
+                for c in j * bc..((j + 1) * bc).min(cols) {
+                    or[c] = f(qr[c] * s);
+                }
+            }
+        }
+        out
     }
 
     /// The dequant scale of the block holding element `(r, c)`.
     pub fn scale_of(&self, r: usize, c: usize) -> f64 {
         self.scale[self.spec.block.block_of(r, c)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The branch-free cast is `cast_element` on every finite f32, near the grids' points and ties, in
+    /// the subnormal range, around the largest value and beyond.
+    #[test]
+    fn branch_free_cast_is_the_element_cast() {
+        let mut g = crate::test_rng::XorShift(0x853c49e6748fea9b);
+        let mut next = || g.next_u64();
+        for (fmt, m, emin, max) in [(Format::E4M3, 3u32, -6i32, 448.0f32), (Format::E5M2, 2, -14, 57344.0), (Format::E2M1, 1, 0, 6.0)] {
+            let check = |y: f32| {
+                if !y.is_finite() {
+                    return;
+                }
+                let (fast, general) = (cast_saturating(y, m, emin, max), cast_element(fmt, y, Overflow::Saturate));
+                assert_eq!(fast.to_bits(), general.to_bits(), "{fmt:?} {y:e} ({:#x})", y.to_bits());
+            };
+            for _ in 0..300_000 {
+                let r = next();
+                check(f32::from_bits(r as u32)); // any bit pattern
+                // Magnitudes around the format's range: a random significand at an exponent from emin - 12 to emax + 3.
+                let e = (r >> 32) as i32 % (max.log2() as i32 - emin + 16) + emin - 12;
+                let sig = 1.0 + ((r >> 40) as u32 & 0xFFFFFF) as f32 / (1u32 << 24) as f32;
+                let y = sig * 2f32.powi(e);
+                check(y);
+                check(-y);
+            }
+            // Grid points, midpoints and their neighbours.
+            for e in emin - 3..=max.log2() as i32 + 2 {
+                for k in 0..(2u32 << m) {
+                    let v = (1.0 + k as f32 / (2u32 << m) as f32) * 2f32.powi(e);
+                    for y in [v, f32::from_bits(v.to_bits() + 1), f32::from_bits(v.to_bits() - 1)] {
+                        check(y);
+                        check(-y);
+                    }
+                }
+            }
+            for y in [0.0f32, -0.0, max, max * 1.0625, max * 1.0624, f32::MAX, f32::MIN_POSITIVE, 1e-45] {
+                check(y);
+                check(-y);
+            }
+        }
     }
 }
