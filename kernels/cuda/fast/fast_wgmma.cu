@@ -108,21 +108,17 @@ __device__ __forceinline__ void wg_mma_ktile(float* d, unsigned sA, unsigned sB)
     }
 }
 
-// Loads by 256 threads (the plain kernels) unroll fully; by the 128 producer threads of the persistent kernels
-// (fast_ws.cu), which run with few registers, two iterations at a time.
-#define WG_LOAD_UNROLL(NT) ((NT) >= 256 ? 16 : 2)
-
 // Row GEMMs: load the stage (A: rows m0..m_end gathered by index, k0..k0+64; B: the expert's weights for output
-// columns n0..n0+256) with NT threads, thread index tid. Out-of-range chunks are zero-filled.
+// columns n0..n0+256) with the block's 256 threads. Out-of-range chunks are zero-filled.
 // B_MN: B read N-contiguous (the weight as stored, [k][n] per expert) through MN-major descriptors, so the
 // data-gradient GEMMs need no transposed copy of the weights.
-template <int EPI, bool B_MN, int NT>
+template <int EPI, bool B_MN>
 __device__ __forceinline__ void wg_load_rows(const FastGemmParams& p, unsigned sA, unsigned sB, const bf16_t* b_base, int m0, int m_end, int n0, int k0, int tid) {
     const int k_end = p.k_dim;
     const int n_lines = (EPI == EPI_SWIGLU_FWD) ? p.inter : p.n_dim;
-#pragma unroll(WG_LOAD_UNROLL(NT))
-    for (int i = 0; i < 1024 / NT; ++i) {  // A: 128 lines x 8 chunks
-        int ci = tid + i * NT;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // A: 128 lines x 8 chunks
+        int ci = tid + i * 256;
         int line = ci >> 3, ch = ci & 7;
         int m = m0 + line, k = k0 + ch * 8;
         bool ok = m < m_end && k < k_end;
@@ -130,18 +126,18 @@ __device__ __forceinline__ void wg_load_rows(const FastGemmParams& p, unsigned s
         cp_async16(sA + 2 * swz<8>(line, ch), p.a + src * p.lda + (ok ? k : 0), ok);
     }
     if (B_MN) {
-#pragma unroll(WG_LOAD_UNROLL(NT))
-        for (int i = 0; i < 2048 / NT; ++i) {  // B: 64 k lines x 256 n (4 blocks of 64), N-contiguous
-            int ci = tid + i * NT;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {  // B: 64 k lines x 256 n (4 blocks of 64), N-contiguous
+            int ci = tid + i * 256;
             int line = ci >> 5, ch = ci & 31;
             int k = k0 + line, n = n0 + ch * 8;
             bool ok = k < k_end && n < p.n_dim;
             cp_async16(sB + (ch >> 3) * 8192 + 2 * swz<8>(line, ch & 7), b_base + (ok ? (long long)k * p.ldb + n : 0), ok);
         }
     } else {
-#pragma unroll(WG_LOAD_UNROLL(NT))
-        for (int i = 0; i < 2048 / NT; ++i) {  // B: 256 lines x 8 chunks, K-contiguous
-            int ci = tid + i * NT;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {  // B: 256 lines x 8 chunks, K-contiguous
+            int ci = tid + i * 256;
             int line = ci >> 3, ch = ci & 7;
             int k = k0 + ch * 8;
             int nrow;
@@ -280,21 +276,20 @@ __device__ __forceinline__ void wg_epilogue_rows(const FastGemmParams& p, float*
 }
 
 // Weight gradients: load the stage (k lines = the expert's rows k0..k_end gathered by index; A: 128 m, B: 256
-// n, both MN-major) with NT threads.
-template <int NT>
+// n, both MN-major) with the block's 256 threads.
 __device__ __forceinline__ void wg_load_wgrad(const FastGemmParams& p, unsigned sA, unsigned sB, int m0, int n0, int k0, int k_end, int tid) {
-#pragma unroll(WG_LOAD_UNROLL(NT))
-    for (int i = 0; i < 1024 / NT; ++i) {  // A: 64 k lines x 128 m (2 blocks of 64)
-        int ci = tid + i * NT;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // A: 64 k lines x 128 m (2 blocks of 64)
+        int ci = tid + i * 256;
         int line = ci >> 4, ch = ci & 15;
         int k = k0 + line, m = m0 + ch * 8;
         bool ok = k < k_end && m < p.m_dim;
         long long src = ok ? (p.a_idx ? p.a_idx[k] : k) : 0;
         cp_async16(sA + (ch >> 3) * 8192 + 2 * swz<8>(line, ch & 7), p.a + src * p.lda + (ok ? m : 0), ok);
     }
-#pragma unroll(WG_LOAD_UNROLL(NT))
-    for (int i = 0; i < 2048 / NT; ++i) {  // B: 64 k lines x 256 n (4 blocks of 64)
-        int ci = tid + i * NT;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {  // B: 64 k lines x 256 n (4 blocks of 64)
+        int ci = tid + i * 256;
         int line = ci >> 5, ch = ci & 31;
         int k = k0 + line, n = n0 + ch * 8;
         bool ok = k < k_end && n < p.n_dim;
@@ -376,7 +371,7 @@ __device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
     const bf16_t* b_base = p.b + (long long)e * p.b_estride;
     float d[128];
     wg_plain_mainloop<B_MN ? 1 : 0>(d, wg_smem_base(), (p.k_dim + WG_BK - 1) / WG_BK, wg * (64 * 128), [&](unsigned sA, unsigned sB, int kt) {
-        wg_load_rows<EPI, B_MN, 256>(p, sA, sB, b_base, m0, m_end, n0, kt * WG_BK, tid);
+        wg_load_rows<EPI, B_MN>(p, sA, sB, b_base, m0, m_end, n0, kt * WG_BK, tid);
     });
     const int r_in = wg * 64 + wq * 16 + (lane >> 2), c_in = (lane & 3) * 2;
     wg_epilogue_rows<EPI>(p, d, m0, m_end, n0, r_in, c_in, lane, blockIdx.x, gridDim.x);
@@ -390,7 +385,7 @@ __device__ __forceinline__ void wg_wgrad_body(const FastGemmParams& p) {
     const int k_begin = p.offsets[e], k_end = p.offsets[e + 1];
     float d[128];
     wg_plain_mainloop<2>(d, wg_smem_base(), (k_end - k_begin + WG_BK - 1) / WG_BK, wg * 8192, [&](unsigned sA, unsigned sB, int kt) {
-        wg_load_wgrad<256>(p, sA, sB, m0, n0, k_begin + kt * WG_BK, k_end, tid);
+        wg_load_wgrad(p, sA, sB, m0, n0, k_begin + kt * WG_BK, k_end, tid);
     });
     const int r_in = wg * 64 + wq * 16 + (lane >> 2), c_in = (lane & 3) * 2;
     wg_epilogue_wgrad(p, d, e, m0, n0, r_in, c_in);

@@ -58,15 +58,18 @@ struct WsTile {
 // Row GEMMs: tile t of (*tile_count row tiles) x (column tiles), column tile fastest (the row tile's gathered
 // rows stay in L2 across its column tiles; consecutive row tiles share the expert's weights).
 template <int EPI>
-__device__ __forceinline__ int ws_rows_count(const FastGemmParams& p) {
+__device__ __forceinline__ int ws_rows_n_tiles(const FastGemmParams& p) {
     const int n_cols = (EPI == EPI_SWIGLU_FWD || EPI == EPI_SWIGLU_FWD_SPLIT) ? 2 * p.inter : p.n_dim;
-    return *p.tile_count * ((n_cols + WG_BN - 1) / WG_BN);
+    return (n_cols + WG_BN - 1) / WG_BN;
+}
+template <int EPI>
+__device__ __forceinline__ int ws_rows_count(const FastGemmParams& p) {
+    return *p.tile_count * ws_rows_n_tiles<EPI>(p);
 }
 template <int EPI>
 __device__ __forceinline__ WsTile ws_rows_tile(const FastGemmParams& p, int t) {
-    const int n_cols = (EPI == EPI_SWIGLU_FWD || EPI == EPI_SWIGLU_FWD_SPLIT) ? 2 * p.inter : p.n_dim;
     WsTile w;
-    w.n_tiles = (n_cols + WG_BN - 1) / WG_BN;
+    w.n_tiles = ws_rows_n_tiles<EPI>(p);
     const int mt = t / w.n_tiles;
     w.n_tile = t - mt * w.n_tiles;
     const int* tl = p.tiles + 3 * mt;
@@ -80,11 +83,13 @@ __device__ __forceinline__ WsTile ws_rows_tile(const FastGemmParams& p, int t) {
     return w;
 }
 // Weight gradients: tile t of E x (row tiles of m_dim) x (column tiles of n_dim), k over the expert's rows.
+__device__ __forceinline__ int ws_wgrad_m_tiles(const FastGemmParams& p) { return (p.m_dim + WG_BM - 1) / WG_BM; }
+__device__ __forceinline__ int ws_wgrad_n_tiles(const FastGemmParams& p) { return (p.n_dim + WG_BN - 1) / WG_BN; }
 __device__ __forceinline__ int ws_wgrad_count(const FastGemmParams& p, int experts) {
-    return experts * ((p.m_dim + WG_BM - 1) / WG_BM) * ((p.n_dim + WG_BN - 1) / WG_BN);
+    return experts * ws_wgrad_m_tiles(p) * ws_wgrad_n_tiles(p);
 }
 __device__ __forceinline__ WsTile ws_wgrad_tile(const FastGemmParams& p, int t) {
-    const int mts = (p.m_dim + WG_BM - 1) / WG_BM, nts = (p.n_dim + WG_BN - 1) / WG_BN;
+    const int mts = ws_wgrad_m_tiles(p), nts = ws_wgrad_n_tiles(p);
     WsTile w;
     w.e = t / (mts * nts);
     const int rem = t - w.e * mts * nts;
@@ -108,7 +113,8 @@ struct __align__(64) TmaDesc {
 __device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes) : "memory");
 }
-// TMA: the box of `desc` at (c0, c1, c2) into shared memory at dst, completing `bytes` of the barrier's transaction.
+// TMA: the box of `desc` at (c0, c1, c2) into shared memory at dst; its bytes complete on barrier `bar`
+// (announced there by mbar_expect_tx).
 __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDesc* desc, int c0, int c1, int c2, unsigned bar) {
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
