@@ -12,7 +12,7 @@ use std::process::Command as Process;
 use clap::Args;
 use half::bf16;
 use moe_kernels::fast::check::{check, HostCase, Scope};
-use moe_kernels::fast::{FastDims, FastKernels, FastLayer, KernelTime};
+use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, KernelTime, ENGINES};
 use moe_kernels::{Gpu, GpuError};
 use moe_reference::config::Activation;
 use rayon::prelude::*;
@@ -43,9 +43,10 @@ pub struct BenchGpuArgs {
     /// The PyTorch baseline script; when given it runs after the kernels, plain and with --compile.
     #[arg(long)]
     pub baseline: Option<PathBuf>,
-    /// Engines to run, comma-separated: mma (mma.sync everywhere), wgmma-t (wgmma with transposed weights and
-    /// the fused dA epilogue), wgmma (wgmma reading the weights as stored), ws (the same GEMMs as persistent
-    /// warp-specialised kernels fed by TMA: the default engine); wgmma ones need sm_90a.
+    /// Engines to run, comma-separated: mma (mma.sync everywhere), wgmma-rows (wgmma row GEMMs only),
+    /// wgmma-t (wgmma with transposed weights and the fused dA epilogue), wgmma (wgmma reading the weights as
+    /// stored), ws (the same GEMMs as persistent warp-specialised kernels fed by TMA: the default engine);
+    /// the wgmma ones need sm_90a.
     #[arg(long, default_value = "mma,wgmma-t,wgmma,ws")]
     pub engines: String,
     /// Random seed of the inputs.
@@ -245,16 +246,12 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     if t == 0 {
         return Err(fail("--tokens must be positive".into()));
     }
-    // (row GEMMs on wgmma, weight gradients on wgmma, weights read as stored, persistent warp-specialised)
-    let mut engines: Vec<(bool, bool, bool, bool)> = Vec::new();
+    let mut engines: Vec<Engine> = Vec::new();
     for name in args.engines.split(',').map(str::trim) {
-        engines.push(match name {
-            "mma" => (false, false, false, false),
-            "wgmma-t" => (true, true, false, false),
-            "wgmma" => (true, true, true, false),
-            "ws" => (true, true, true, true),
-            _ => return Err(fail(format!("unknown engine {name:?} (mma, wgmma-t, wgmma, ws)"))),
-        });
+        match ENGINES.iter().find(|(n, _)| *n == name) {
+            Some(&(_, e)) => engines.push(e),
+            None => return Err(fail(format!("unknown engine {name:?} ({})", ENGINES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")))),
+        }
     }
     let gpu = Gpu::open(0).map_err(gpu_err)?;
     let kern = FastKernels::load(&gpu, args.stages).map_err(gpu_err)?;
@@ -275,11 +272,8 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
             return Err(fail(format!("the wgmma engines need an sm_90a GPU; this one compiles for {}", kern.arch)));
         }
     }
-    for &(wgmma, wgrad, direct, persistent) in &engines {
-        layer.use_wgmma(wgmma).map_err(gpu_err)?;
-        layer.use_wgmma_wgrad(wgrad).map_err(gpu_err)?;
-        layer.use_wgmma_direct(direct).map_err(gpu_err)?;
-        layer.use_persistent(persistent).map_err(gpu_err)?;
+    for &engine in &engines {
+        layer.set_engine(engine).map_err(gpu_err)?;
         let (fwd, both, failure) = measure(&mut layer, args, &ids, &w, (h, i, e, k))?;
         match failure {
             None => results.push((layer.engine(), fwd, both)),

@@ -5,7 +5,7 @@
 
 use moe_kernels::check::case;
 use moe_kernels::fast::check::{check, HostCase, Scope};
-use moe_kernels::fast::{FastDims, FastKernels, FastLayer, FastTrace};
+use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, FastTrace, ENGINES};
 use moe_kernels::{gpu_for_test, Gpu, GpuError};
 use moe_reference::config::Activation;
 
@@ -50,12 +50,9 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
     let ids_v: Vec<i32> = ids.iter().copied().collect();
     let w_v: Vec<f32> = w.iter().copied().collect();
     let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
-    let run = |(wgmma, wgrad_wgmma, direct, persistent): Engine, poison: bool| -> FastTrace {
+    let run = |engine: Engine, poison: bool| -> FastTrace {
         let mut layer = FastLayer::new(gpu, kern, dims, act, &ids_v, &w_v).expect("layer");
-        layer.use_wgmma(wgmma).expect("engine");
-        layer.use_wgmma_wgrad(wgrad_wgmma).expect("engine");
-        layer.use_wgmma_direct(direct).expect("engine");
-        layer.use_persistent(persistent).expect("engine");
+        layer.set_engine(engine).expect("engine");
         layer.upload(&xb, &w13b, &w2b, &dyb).expect("upload");
         if poison {
             layer.poison_outputs().expect("poison");
@@ -96,26 +93,16 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
     }
 }
 
-/// An engine: (row GEMMs on wgmma, weight gradients on wgmma, weights read as stored with the row-wise
-/// SwiGLU backward, those GEMMs as persistent warp-specialised kernels).
-type Engine = (bool, bool, bool, bool);
-
-/// The engines to test: mma.sync always, the wgmma variants where the GPU has them; `MOE_FAST_ENGINES=ws`
-/// (or a comma list of mma, wgmma-rows, wgmma-t, wgmma, ws) narrows the list, e.g. for a compute-sanitizer run.
+/// The engines to test (`moe_kernels::fast::ENGINES`): mma.sync always, the wgmma variants where the GPU has
+/// them; `MOE_FAST_ENGINES=ws` (or a comma list of their names) narrows the list, e.g. for a compute-sanitizer
+/// run.
 fn engines(kern: &FastKernels) -> Vec<Engine> {
-    let all: Vec<(&str, Engine)> = if kern.wgmma {
-        vec![
-            ("mma", (false, false, false, false)),
-            ("wgmma-rows", (true, false, false, false)),
-            ("wgmma-t", (true, true, false, false)),
-            ("wgmma", (true, true, true, false)),
-            ("ws", (true, true, true, true)),
-        ]
-    } else {
-        vec![("mma", (false, false, false, false))]
-    };
     let only = std::env::var("MOE_FAST_ENGINES").unwrap_or_default();
-    let chosen: Vec<Engine> = all.iter().filter(|(n, _)| only.is_empty() || only.split(',').any(|o| o.trim() == *n)).map(|&(_, e)| e).collect();
+    let chosen: Vec<Engine> = ENGINES
+        .iter()
+        .filter(|(n, e)| (kern.wgmma || !e.0) && (only.is_empty() || only.split(',').any(|o| o.trim() == *n)))
+        .map(|&(_, e)| e)
+        .collect();
     assert!(!chosen.is_empty(), "MOE_FAST_ENGINES={only:?} names no engine this GPU has");
     chosen
 }

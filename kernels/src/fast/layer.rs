@@ -60,6 +60,19 @@ struct GemmParams {
 // SAFETY: plain old data with the C layout of FastGemmParams (pointers as u64, then i64s, i32s, f32s).
 unsafe impl DeviceRepr for GemmParams {}
 
+/// Fill bf16 buffers with NaN (fc_fill_random with a NaN scale), so that a test sees any element left unwritten.
+fn fill_nan<const N: usize>(gpu: &Gpu, k: &FastKernels, bufs: [&mut CudaSlice<u16>; N]) -> Result<(), GpuError> {
+    let (nan, f) = (f32::NAN, k.f("fc_fill_random"));
+    let cfg = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    for buf in bufs {
+        let n = buf.len() as i64;
+        // SAFETY: fc_fill_random(bf16*, long long, unsigned long long, float) writes n elements of buf; a NaN
+        // scale makes every element NaN.
+        unsafe { gpu.stream.launch_builder(f).arg(buf).arg(&n).arg(&0u64).arg(&nan).launch(cfg)? };
+    }
+    Ok(())
+}
+
 /// A TMA tensor map (`CUtensorMap`, 128 opaque bytes) as the persistent GEMMs take it: by value
 /// (`__grid_constant__ TmaDesc` in fast_ws.cu).
 #[repr(C, align(64))]
@@ -107,6 +120,19 @@ fn tma_desc(ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<Tma
     d.0.copy_from_slice(&map.opaque);
     Ok(d)
 }
+
+/// An engine of the fast layer: (row GEMMs on wgmma, weight gradients on wgmma, weights read as stored with
+/// the row-wise SwiGLU backward, those GEMMs as persistent warp-specialised kernels); see `set_engine`.
+pub type Engine = (bool, bool, bool, bool);
+
+/// The engines by name, slowest first: mma.sync everywhere (any GPU), then the sm_90a ones.
+pub const ENGINES: &[(&str, Engine)] = &[
+    ("mma", (false, false, false, false)),
+    ("wgmma-rows", (true, false, false, false)),
+    ("wgmma-t", (true, true, false, false)),
+    ("wgmma", (true, true, true, false)),
+    ("ws", (true, true, true, true)),
+];
 
 /// The layer's inputs as bf16 bits: x, W13, W2, dY.
 pub type Inputs = (Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>);
@@ -348,16 +374,8 @@ impl<'g> FastLayer<'g> {
 
     /// Fill every bf16 output and intermediate with NaN, so that a test sees any element a kernel leaves unwritten.
     pub fn poison_outputs(&mut self) -> Result<(), GpuError> {
-        let nan = f32::NAN;
-        let f = self.k.f("fc_fill_random");
-        let s = &self.gpu.stream;
-        let cfg = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        for buf in [&mut self.h, &mut self.a, &mut self.o, &mut self.y, &mut self.dh, &mut self.aw, &mut self.dx_rows, &mut self.grad_x, &mut self.grad_w13, &mut self.grad_w2] {
-            let n = buf.len() as i64;
-            // SAFETY: as in fill_random; a NaN scale makes every element NaN.
-            unsafe { s.launch_builder(f).arg(buf).arg(&n).arg(&0u64).arg(&nan).launch(cfg)? };
-        }
-        Ok(())
+        let bufs = [&mut self.h, &mut self.a, &mut self.o, &mut self.y, &mut self.dh, &mut self.aw, &mut self.dx_rows, &mut self.grad_x, &mut self.grad_w13, &mut self.grad_w2];
+        fill_nan(self.gpu, self.k, bufs)
     }
 
     /// Choose the row GEMMs' engine: wgmma (Hopper only; the default there) or mma.sync (every GPU).
@@ -410,6 +428,14 @@ impl<'g> FastLayer<'g> {
             self.persistent = false;
         }
         Ok(())
+    }
+
+    /// Choose an engine (one of `ENGINES`; the wgmma ones need sm_90a).
+    pub fn set_engine(&mut self, (wgmma, wgrad, direct, persistent): Engine) -> Result<(), GpuError> {
+        self.use_wgmma(wgmma)?;
+        self.use_wgmma_wgrad(wgrad)?;
+        self.use_wgmma_direct(direct)?;
+        self.use_persistent(persistent)
     }
 
     /// Which engines the GEMMs use.
@@ -652,15 +678,7 @@ impl<'g> FastLayer<'g> {
     /// Overwrite H and A with NaN: what a caller that drops them after forward leaves (for testing
     /// `recompute_h`: a backward that read anything not recomputed would show NaN).
     pub fn forget_h(&mut self) -> Result<(), GpuError> {
-        let nan = f32::NAN;
-        let f = self.k.f("fc_fill_random");
-        let cfg = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        for buf in [&mut self.h, &mut self.a] {
-            let n = buf.len() as i64;
-            // SAFETY: as in fill_random; a NaN scale makes every element NaN.
-            unsafe { self.gpu.stream.launch_builder(f).arg(buf).arg(&n).arg(&0u64).arg(&nan).launch(cfg)? };
-        }
-        Ok(())
+        fill_nan(self.gpu, self.k, [&mut self.h, &mut self.a])
     }
 
     /// dA (+ SwiGLU backward, A', routing-weight partials), routing-weight gradient, dX rows, un-dispatch,
@@ -843,9 +861,8 @@ impl<'g> FastLayer<'g> {
     /// Bytes kept from forward for backward per token: the k rows of H (bf16) plus each row's token, slot,
     /// weight and each slot's row (the caller holds X and dY).
     pub fn bytes_kept_per_token(&self) -> f64 {
-        let FastDims { tokens: t, inter: id, top_k: kk, .. } = self.dims;
-        let per_row = 2 * id * 2 + 4 + 4 + 4;
-        (self.rows * per_row + t * kk * 4) as f64 / t.max(1) as f64
+        let FastDims { tokens: t, inter: id, .. } = self.dims;
+        self.bytes_kept_per_token_recompute() + (self.rows * 2 * id * 2) as f64 / t.max(1) as f64
     }
 
     /// Bytes kept from forward for backward per token with `recompute_h`: the routing metadata only (each row's

@@ -26,4 +26,4 @@ mod layer;
 mod source;
 
 pub use kernels::FastKernels;
-pub use layer::{FastBuffers, FastDims, FastLayer, FastTrace, Inputs, KernelTime};
+pub use layer::{Engine, FastBuffers, FastDims, FastLayer, FastTrace, Inputs, KernelTime, ENGINES};
