@@ -140,18 +140,25 @@ impl OperandPlan {
         let s_lo = amax_lo.mapv(|a| self.scale_lo(a));
         let sat = self.can_saturate();
         Array2::from_shape_fn((rows, cols), |(r, c)| {
-            let x = hi[[r, c]];
-            if x == 0.0 {
-                return 0.0; // zero quantises to zero under every rule
-            }
             let b = self.block_of(r, c);
-            let mut e = (u + 2f64.powi(-21)) * x + eta * s_hi[b];
-            if sat {
-                e += (x - maxf * s_lo[b]).max(0.0);
-            }
-            e
+            element_fed_error(hi[[r, c]], s_hi[b], s_lo[b], (u, eta, maxf), sat)
         })
     }
+}
+
+/// The fed error of one element of magnitude at most `x` in a block whose scale is at most `s_hi` and at
+/// least `s_lo`: `u·x` and `η·s_hi` (rounding, normal and subnormal), plus what saturation can clip when
+/// the rule can saturate. `(u, eta, maxf)` are the element format's numbers.
+#[inline(always)]
+fn element_fed_error(x: f64, s_hi: f64, s_lo: f64, (u, eta, maxf): (f64, f64, f64), sat: bool) -> f64 {
+    if x == 0.0 {
+        return 0.0; // zero quantises to zero under every rule
+    }
+    let mut e = (u + 2f64.powi(-21)) * x + eta * s_hi;
+    if sat {
+        e += (x - maxf * s_lo).max(0.0);
+    }
+    e
 }
 
 impl OperandPlan {
@@ -191,16 +198,7 @@ impl OperandPlan {
                 let (sh, sl) = (s_hi[b], s_lo[b]);
                 for c in j * bc..((j + 1) * bc).min(cols) {
                     let (v, e) = (vr[c], er[c]);
-                    let x = hi(v, e);
-                    let fed = if x == 0.0 {
-                        0.0 // zero quantises to zero under every rule
-                    } else {
-                        let mut fe = (u + 2f64.powi(-21)) * x + eta * sh;
-                        if sat {
-                            fe += (x - maxf * sl).max(0.0);
-                        }
-                        fe
-                    };
+                    let fed = element_fed_error(hi(v, e), sh, sl, (u, eta, maxf), sat);
                     let me = v.abs() + e;
                     mr[c] = me;
                     tr[c] = me + (fed + e);
