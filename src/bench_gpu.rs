@@ -274,6 +274,8 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     }
     for &engine in &engines {
         layer.set_engine(engine).map_err(gpu_err)?;
+        // A/B switch for the persistent engine: the backward's gathered operands read inside the GEMMs
+        layer.use_gather_first(std::env::var("MOE_FAST_GATHER_FIRST").as_deref() != Ok("0"));
         let (fwd, both, failure) = measure(&mut layer, args, &ids, &w, (h, i, e, k))?;
         match failure {
             None => results.push((layer.engine(), fwd, both)),

@@ -46,6 +46,17 @@ extern "C" __global__ void fc_combine(const bf16_t* __restrict__ rows, const flo
     *(uint4*)(out + (long long)t * hidden + ch * 8) = pack8(acc);
 }
 
+// dst[r] = src[idx[r]] for rows r < rows of `cols` (a multiple of 8) bf16 each: the gathered operand of a
+// backward GEMM copied into expert order once, so that the GEMM reads it by TMA in whole tiles.
+extern "C" __global__ void fc_gather_rows(const bf16_t* __restrict__ src, const int* __restrict__ idx, bf16_t* __restrict__ dst, int rows, int cols) {
+    const int chunks = cols >> 3;
+    const long long n = (long long)rows * chunks;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const long long r = i / chunks, ch = i - r * chunks;
+        *(uint4*)(dst + r * cols + ch * 8) = __ldg((const uint4*)(src + (long long)idx[r] * cols + ch * 8));
+    }
+}
+
 // grad_w[slot] = Σ_tiles part[row, tile] in tile order (0 for -1 slots).
 extern "C" __global__ void fc_slot_grad(const float* __restrict__ part, int n_tiles, const int* __restrict__ slot_row,
                                         float* __restrict__ grad_w, int slots) {

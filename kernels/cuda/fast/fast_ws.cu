@@ -127,6 +127,112 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc* desc, i
                  : "memory");
 }
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+// Named barrier of consumer warpgroup wg (ids 2 and 3; 0 is __syncthreads, 1 the producer's).
+__device__ __forceinline__ void consumer_sync(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory"); }
+
+// TMA stores: the box of `desc` at (c0, c1, c2) from shared memory at src, in this thread's bulk async-group.
+__device__ __forceinline__ void tma_store_3d(const TmaDesc* desc, unsigned src, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"((unsigned long long)desc), "r"(src), "r"(c0),
+                 "r"(c1), "r"(c2)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// this thread's bulk stores have read their shared memory (it may be written again)
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// ... and have completed
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// Bytes of each consumer warpgroup's staging buffer for TMA stores: 64 rows x 128 bytes x 2 boxes.
+#define WS_STAGE_OUT_BYTES 16384
+
+// The TMA-store epilogue: a warpgroup's 64-row slice of the output goes out through its 16 KiB staging buffer
+// `st` in passes of 64 rows x 256 bytes, each written as two boxes of 64 rows x 128 bytes in the
+// 128-byte-swizzle layout (16-byte chunk XOR row % 8: the 8 rows of a warp's store hit 8 different chunks, so
+// the shared stores are free of bank conflicts). The warpgroup's first thread (`leader`) then issues the TMA
+// stores of both boxes (`issue`, whose tensor map clips what lies outside the output) and waits, before the
+// next pass, only until the previous boxes have been read out of `st`: the global writes drain while the
+// consumers go on to the next tile's wgmma, so the tensor cores no longer idle through the stores.
+// One pass: val(jj, hf) gives the bytes of column group jj of row 16 wq + lane/4 + 8 hf (the accumulator
+// layout: d[4j + 2hf + c] is that row's column 8j + 2 (lane % 4) + c): bf16, 16 groups of 8 columns, .x = the
+// pair's 4 bytes; f32, 8 groups of 8 columns, .x/.y = the pair.
+template <bool F32, class Val, class Issue>
+__device__ __forceinline__ void ws_store_pass(unsigned st, int wq, int lane, int wg, bool leader, Val val, Issue issue) {
+    if (leader) bulk_wait_read();
+    consumer_sync(wg);
+#pragma unroll
+    for (int jj = 0; jj < (F32 ? 8 : 16); ++jj) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int r = wq * 16 + (lane >> 2) + 8 * hf;
+            const uint2 v = val(jj, hf);
+            if (F32) {  // column 8 jj + 2 (lane % 4): box jj / 4, byte 32 (jj % 4) + 8 (lane % 4) of the row
+                const int chunk = 2 * (jj & 3) + ((lane & 3) >> 1);
+                const unsigned a = st + (jj >> 2) * 8192 + r * 128 + ((chunk ^ (r & 7)) << 4) + (lane & 1) * 8;
+                asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a), "r"(v.x), "r"(v.y) : "memory");
+            } else {  // column 8 jj + 2 (lane % 4): box jj / 8, chunk jj % 8, byte 4 (lane % 4) in it
+                const unsigned a = st + (jj >> 3) * 8192 + r * 128 + (((jj & 7) ^ (r & 7)) << 4) + (lane & 3) * 4;
+                asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v.x) : "memory");
+            }
+        }
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the writes, visible to the TMA unit
+    consumer_sync(wg);
+    if (leader) {
+        issue();
+        bulk_commit();
+    }
+}
+__device__ __forceinline__ uint2 bf16_pair(float v0, float v1) { return make_uint2((unsigned)f32_to_bf16(v0) | ((unsigned)f32_to_bf16(v1) << 16), 0u); }
+
+// EPI_STORE (bf16, two passes of 128 columns) and EPI_STORE_F32 (four of 64): warpgroup rows from row0 (of
+// expert z) of the tensor map tc ([z][rows][columns], boxes of 64 rows x 128 bytes), columns from n0. The
+// values are the ones the direct epilogue stores (same conversions).
+template <bool F32>
+__device__ __forceinline__ void ws_store_tma(const float* d, unsigned st, const TmaDesc* tc, int n0, int row0, int z, int wq, int lane, int wg, bool leader) {
+    constexpr int PASSES = F32 ? 4 : 2, J = 32 / PASSES, BOX = F32 ? 32 : 64;  // BOX: columns per box
+#pragma unroll
+    for (int ps = 0; ps < PASSES; ++ps) {
+        const auto val = [&](int jj, int hf) {
+            const float v0 = d[4 * (J * ps + jj) + 2 * hf], v1 = d[4 * (J * ps + jj) + 2 * hf + 1];
+            return F32 ? make_uint2(__float_as_uint(v0), __float_as_uint(v1)) : bf16_pair(v0, v1);
+        };
+        const auto issue = [&] {
+            tma_store_3d(tc, st, n0 + 2 * BOX * ps, row0, z);
+            tma_store_3d(tc, st + 8192, n0 + 2 * BOX * ps + BOX, row0, z);
+        };
+        ws_store_pass<F32>(st, wq, lane, wg, leader, val, issue);
+    }
+}
+
+// EPI_SWIGLU_FWD_SPLIT: the tile's accumulators are [128 gate | 128 up] columns of intermediate index q0 = n0/2
+// ...; three passes: gate and up (bf16) into H through th ([rows][gate, up][I], boxes of 64 rows x 1 x 64), then
+// A = SwiGLU of the bf16 gate and up into A's rows through ta_out ([1][rows][I]). The same values as the direct
+// epilogue.
+__device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, const float* d, unsigned st, const TmaDesc* th, const TmaDesc* ta_out, int q0, int row0, int wq, int lane, int wg, bool leader) {
+#pragma unroll
+    for (int ps = 0; ps < 2; ++ps) {  // gate (accumulator groups 0..15), up (16..31)
+        const auto val = [&](int jj, int hf) { return bf16_pair(d[4 * (16 * ps + jj) + 2 * hf], d[4 * (16 * ps + jj) + 2 * hf + 1]); };
+        const auto issue = [&] {
+            tma_store_3d(th, st, q0, ps, row0);
+            tma_store_3d(th, st + 8192, q0 + 64, ps, row0);
+        };
+        ws_store_pass<false>(st, wq, lane, wg, leader, val, issue);
+    }
+    const auto val = [&](int jj, int hf) {
+        unsigned v = 0;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const float g = bf16_to_f32(f32_to_bf16(d[4 * jj + 2 * hf + c])), u = bf16_to_f32(f32_to_bf16(d[4 * (jj + 16) + 2 * hf + c]));
+            v |= (unsigned)f32_to_bf16(swiglu_f(g, u, p.alpha, p.clamp_limit)) << (16 * c);
+        }
+        return make_uint2(v, 0u);
+    };
+    const auto issue = [&] {
+        tma_store_3d(ta_out, st, q0, row0, 0);
+        tma_store_3d(ta_out, st + 8192, q0 + 64, row0, 0);
+    };
+    ws_store_pass<false>(st, wq, lane, wg, leader, val, issue);
+}
 
 // Row GEMMs, gathered A: thread tid (0..127) loads chunk tid & 7 of lines (tid >> 3) + 16 i of every k-tile
 // of a tile; the source row pointers are found once per tile.
@@ -207,8 +313,11 @@ struct WsWgrad {
 
 // KIND: 0 row GEMMs with B K-major, 1 row GEMMs with B as stored (MN-major), 2 weight gradients.
 // ta / tb: tensor maps of A (row GEMMs with a_idx null) and B (row GEMMs).
+// tc: tensor map of the output C for the TMA-store epilogue: EPI_STORE, EPI_STORE_F32 [1][rows][n_dim] for row
+// GEMMs, [E][m_dim][n_dim] for weight gradients; EPI_SWIGLU_FWD_SPLIT H as [rows][2][I]; boxes of 64 rows x
+// 128 bytes. td: EPI_SWIGLU_FWD_SPLIT's second output A, [1][rows][I].
 template <int EPI, int KIND>
-__device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* ta, const TmaDesc* tb) {
+__device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* tc, const TmaDesc* td) {
     const unsigned sbase = wg_smem_base();
     __shared__ __align__(8) unsigned long long bars[2 * WG_STAGES];  // full[s], then empty[s]
     __shared__ int sidx[4][64];                                     // weight gradients: the k-tiles' row indices
@@ -301,6 +410,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
     } else {  // consumers: warpgroup role - 1 owns rows 64 * (role - 1) .. + 64 of each tile
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WS_CONSUMER_REGS));
         const int wg = role - 1, lane = tid & 31, wq = warp & 3;
+        const bool leader = (tid & 127) == 0;  // issues and waits for this warpgroup's TMA stores
         const int r_in = wg * 64 + wq * 16 + (lane >> 2), c_in = (lane & 3) * 2;
         unsigned it = 0;
         const auto tile = [&](int t) { return (KIND == 2) ? ws_wgrad_tile(p, t) : ws_rows_tile<EPI>(p, t); };
@@ -333,14 +443,27 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             wg_fence_acc(d);
             if (w.nk > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % WG_STAGES));
-            if (KIND == 2)
+            constexpr bool TMA_OUT = EPI == EPI_STORE || EPI == EPI_STORE_F32;
+            const unsigned st = sbase + WG_STAGES * WG_STAGE_BYTES + wg * WS_STAGE_OUT_BYTES;
+            const int row0 = w.m0 + 64 * wg;  // this warpgroup's first row
+            if (EPI == EPI_SWIGLU_FWD_SPLIT && row0 + 64 <= w.m_end) {
+                ws_store_swiglu_tma(p, d, st, tc, td, w.n0 >> 1, row0, wq, lane, wg, leader);
+            } else if (TMA_OUT && KIND == 2) {
+                // the map's row bound is the expert's m_dim: a warpgroup past it has nothing to store
+                if (row0 < p.m_dim) ws_store_tma<EPI == EPI_STORE_F32>(d, st, tc, w.n0, row0, w.e, wq, lane, wg, leader);
+            } else if (TMA_OUT && row0 + 64 <= w.m_end) {
+                // rows past m_end belong to the next expert's tile: only whole 64-row groups go by TMA
+                ws_store_tma<EPI == EPI_STORE_F32>(d, st, tc, w.n0, row0, 0, wq, lane, wg, leader);
+            } else if (KIND == 2) {
                 wg_epilogue_wgrad(p, d, w.e, w.m0, w.n0, r_in, c_in);
-            else
+            } else {
                 wg_epilogue_rows<EPI>(p, d, w.m0, w.m_end, w.n0, r_in, c_in, lane, w.n_tile, w.n_tiles);
+            }
         }
+        if (leader) bulk_wait_all();  // the last stores have landed before the block ends
     }
 }
-#define WS_BODY(E, K) ws_gemm<E, K>(p, &ta, &tb);
+#define WS_BODY(E, K) ws_gemm<E, K>(p, &ta, &tb, &tc, &td);
 #else
 struct __align__(64) TmaDesc {
     unsigned long long v[16];
@@ -348,11 +471,11 @@ struct __align__(64) TmaDesc {
 #define WS_BODY(E, K) __trap();
 #endif
 
-// Launched with gridDim.x = min(SMs, tiles), WS_THREADS threads and WG_SMEM bytes of dynamic shared memory,
-// with the tensor maps of A (used when p.a_idx is null) and B (row GEMMs; weight gradients: when p.b_idx is
-// null).
+// Launched with gridDim.x = min(SMs, tiles), WS_THREADS threads and WS_SMEM bytes of dynamic shared memory
+// (WG_SMEM plus the consumers' staging buffers), with the tensor maps of A (used when p.a_idx is null), B (row
+// GEMMs; weight gradients: when p.b_idx is null) and the outputs (tc, td: see ws_gemm).
 // ws_wgrad takes the expert count in p.k_dim (its k ranges come from p.offsets).
-#define WS_PARAMS const FastGemmParams p, const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb
+#define WS_PARAMS const FastGemmParams p, const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb, const __grid_constant__ TmaDesc tc, const __grid_constant__ TmaDesc td
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_gemm1_swiglu(WS_PARAMS) { WS_BODY(EPI_SWIGLU_FWD_SPLIT, 0) }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows(WS_PARAMS) { WS_BODY(EPI_STORE, 0) }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows_bmn(WS_PARAMS) { WS_BODY(EPI_STORE, 1) }

@@ -44,10 +44,15 @@ impl FastKernels {
             (m, _) if m >= 8 => "compute_80",
             _ => return Err(GpuError::Input(format!("the fast kernels need compute capability 8.0 or newer (mma.sync bf16, ldmatrix, cp.async); this GPU is {major}.{minor}"))),
         };
+        let mut options = vec!["--std=c++17".to_string()];
+        // Source lines in the SASS, for profilers (`ncu --page source`); off by default, it changes nothing else.
+        if std::env::var_os("MOE_FAST_LINEINFO").is_some() {
+            options.push("-lineinfo".into());
+        }
         let opts = CompileOptions {
             arch: Some(arch),
             fmad: Some(true),
-            options: vec!["--std=c++17".into()],
+            options,
             name: Some("moe_fast.cu".into()),
             ..Default::default()
         };
@@ -65,10 +70,12 @@ impl FastKernels {
         }
         let wgmma = arch == "sm_90a";
         if wgmma {
-            for &k in source::WG_GEMMS.iter().chain(source::WS_GEMMS) {
-                let f = module.load_function(k)?;
-                f.set_attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, source::WG_SMEM as i32)?;
-                functions.insert(k, f);
+            for (names, smem) in [(source::WG_GEMMS, source::WG_SMEM), (source::WS_GEMMS, source::WS_SMEM)] {
+                for &k in names {
+                    let f = module.load_function(k)?;
+                    f.set_attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+                    functions.insert(k, f);
+                }
             }
         }
         let sms = gpu.ctx.attribute(cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;

@@ -83,14 +83,20 @@ unsafe impl DeviceRepr for TmaDesc {}
 
 /// A bf16 tensor map with 128-byte swizzle over `dims` (innermost first; `strides` in elements of every dim
 /// but the first) and box `boxd`: the box lands in shared memory as wgmma's 128-byte-swizzle layout, and
-/// reads past the tensor's bounds are zero-filled.
+/// reads past the tensor's bounds are zero-filled (stores past them are dropped).
 fn tma_desc(ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<TmaDesc, GpuError> {
+    tma_desc_of(false, ptr, dims, strides, boxd)
+}
+
+/// The same for an f32 tensor (`f32`) or a bf16 one.
+fn tma_desc_of(f32: bool, ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<TmaDesc, GpuError> {
     use cudarc::driver::sys::*;
     let rank = dims.len();
     if rank == 0 || rank > 3 || strides.len() + 1 != rank || boxd.len() != rank || dims.contains(&0) {
         return Err(GpuError::Input(format!("tensor map: dims {dims:?}, strides {strides:?}, box {boxd:?}")));
     }
-    let bytes: Vec<u64> = strides.iter().map(|s| s * 2).collect();
+    let elem = if f32 { 4 } else { 2 };
+    let bytes: Vec<u64> = strides.iter().map(|s| s * elem).collect();
     let ones = [1u32; 3];
     let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
     // SAFETY: the pointers are valid arrays of `rank` (dims, box, element strides) and `rank - 1` (strides)
@@ -98,7 +104,7 @@ fn tma_desc(ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<Tma
     let r = unsafe {
         cuTensorMapEncodeTiled(
             map.as_mut_ptr(),
-            CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            if f32 { CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32 } else { CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 },
             rank as u32,
             ptr as *mut std::ffi::c_void,
             dims.as_ptr(),
@@ -231,6 +237,9 @@ pub struct FastLayer<'g> {
     direct: bool,
     /// the default engine's GEMMs as persistent warp-specialised kernels (fast_ws.cu)
     persistent: bool,
+    /// persistent engine: the backward's gathered operands (dY's and X's rows) copied into expert order first
+    /// (into the dX-rows buffer while it is free), so that dA_raw and the weight gradients read them by TMA
+    gather_first: bool,
     da_raw: CudaSlice<f32>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
 }
@@ -330,6 +339,7 @@ impl<'g> FastLayer<'g> {
             wgrad_wgmma: k.wgmma,
             direct: k.wgmma,
             persistent: k.wgmma,
+            gather_first: true,
             da_raw: zeros(gpu, if k.wgmma { rows * id } else { 1 })?,
             profile: None,
         })
@@ -403,6 +413,12 @@ impl<'g> FastLayer<'g> {
         Ok(())
     }
 
+    /// With the persistent engine, copy the backward's gathered operands into expert order before the GEMMs
+    /// that read them (on, the default) or gather them inside the GEMMs' loads (off); bitwise the same results.
+    pub fn use_gather_first(&mut self, on: bool) {
+        self.gather_first = on;
+    }
+
     /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies), and the
     /// SwiGLU backward as a row-wise kernel after an f32 dA_raw GEMM (Hopper only).
     pub fn use_wgmma_direct(&mut self, on: bool) -> Result<(), GpuError> {
@@ -441,7 +457,11 @@ impl<'g> FastLayer<'g> {
     /// Which engines the GEMMs use.
     pub fn engine(&self) -> &'static str {
         if self.persistent {
-            return "wgmma persistent warp-specialised (weights as stored, row-wise SwiGLU bwd)";
+            return if self.gather_first {
+                "wgmma persistent warp-specialised (weights as stored, row-wise SwiGLU bwd, backward operands gathered first)"
+            } else {
+                "wgmma persistent warp-specialised (weights as stored, row-wise SwiGLU bwd, backward operands gathered in the GEMMs)"
+            };
         }
         match (self.wgmma, self.wgrad_wgmma, self.direct) {
             (false, _, _) => "mma.sync",
@@ -515,10 +535,10 @@ impl<'g> FastLayer<'g> {
         }
         if let Some(ws) = self.persistent_kernel(name) {
             let cfg = self.persistent_config(grid);
-            let (ta, tb) = self.tensor_maps(ws, &p)?;
+            let [ta, tb, tc, td] = self.tensor_maps(ws, &p)?;
             return self.launch(label, |me| {
                 // SAFETY: as below; the tensor maps describe live buffers of this layer (tensor_maps).
-                unsafe { me.gpu.stream.launch_builder(me.k.f(ws)).arg(&p).arg(&ta).arg(&tb).launch(cfg)? };
+                unsafe { me.gpu.stream.launch_builder(me.k.f(ws)).arg(&p).arg(&ta).arg(&tb).arg(&tc).arg(&td).launch(cfg)? };
                 Ok(())
             });
         }
@@ -544,13 +564,15 @@ impl<'g> FastLayer<'g> {
     /// row GEMMs' tile count is known only on the device).
     fn persistent_config(&self, grid: (usize, usize, usize)) -> LaunchConfig {
         let blocks = (grid.0 * grid.1 * grid.2).min(self.k.sms).max(1);
-        LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (source::WS_THREADS, 1, 1), shared_mem_bytes: source::WG_SMEM as u32 }
+        LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (source::WS_THREADS, 1, 1), shared_mem_bytes: source::WS_SMEM as u32 }
     }
 
     /// The tensor maps of a persistent row GEMM: A's rows when they are not gathered (2-D, [rows][K], boxes
-    /// of 128 rows x 64 k), and the weights B (3-D over the experts): K-major [E][n][K] in boxes of 256 (GEMM1:
-    /// 128) rows x 64 k, or as stored [E][K][N] in boxes of 64 k lines x 64 columns.
-    fn tensor_maps(&self, ws: &str, p: &GemmParams) -> Result<(TmaDesc, TmaDesc), GpuError> {
+    /// of 128 rows x 64 k), the weights B (3-D over the experts): K-major [E][n][K] in boxes of 256 (GEMM1:
+    /// 128) rows x 64 k, or as stored [E][K][N] in boxes of 64 k lines x 64 columns; and the outputs of the
+    /// TMA-store epilogue in boxes of 64 rows x 128 bytes: C as [1][rows][N], or GEMM1's H as [rows][gate, up][I]
+    /// (so that a box of gate columns is clipped at I) and A as [1][rows][I].
+    fn tensor_maps(&self, ws: &str, p: &GemmParams) -> Result<[TmaDesc; 4], GpuError> {
         let (k, n, e) = (p.k_dim as u64, p.n_dim as u64, self.dims.experts as u64);
         let ta = if p.a_idx == 0 { tma_desc(p.a, &[k, self.rows.max(1) as u64], &[p.lda as u64], &[64, 128])? } else { TmaDesc::default() };
         let tb = match ws {
@@ -559,7 +581,19 @@ impl<'g> FastLayer<'g> {
             "ws_rows_bmn" | "ws_rows_bmn_f32" => tma_desc(p.b, &[n, k, e], &[p.ldb as u64, p.b_estride as u64], &[64, 64, 1])?,
             _ => return Err(GpuError::Input(format!("no tensor maps for {ws}"))),
         };
-        Ok((ta, tb))
+        let rows = self.rows.max(1) as u64;
+        let (mut tc, mut td) = (TmaDesc::default(), TmaDesc::default());
+        match ws {
+            "ws_rows" | "ws_rows_bmn" => tc = tma_desc(p.c, &[n, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[64, 64, 1])?,
+            "ws_rows_bmn_f32" => tc = tma_desc_of(true, p.c, &[n, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[32, 64, 1])?,
+            "ws_gemm1_swiglu" => {
+                let i = p.inter as u64;
+                tc = tma_desc(p.c, &[i, 2, rows], &[i, p.ldc as u64], &[64, 1, 64])?;
+                td = tma_desc(p.c2, &[i, rows, 1], &[i, i * rows], &[64, 64, 1])?;
+            }
+            _ => {}
+        }
+        Ok([ta, tb, tc, td])
     }
 
     fn base_params(&self) -> GemmParams {
@@ -703,9 +737,18 @@ impl<'g> FastLayer<'g> {
             self.transpose("transpose_w2", w2, w2t, hd, id)?;
             self.transpose("transpose_w13", w13, w13t, 2 * id, hd)?;
         }
+        // dY's rows in expert order in the dX-rows buffer (free until dX), for dA_raw and grad_w2
+        let gather_first = self.persistent && self.gather_first && self.rows > 0;
+        let (dy_rows, dy_idx) = if gather_first {
+            let (dy, dst) = (self.ptr(&self.dy), self.ptr(&self.dx_rows));
+            self.gather_rows("gather_dy", dy, dst, hd)?;
+            (dst, 0)
+        } else {
+            (self.ptr(&self.dy), self.ptr(&self.row_token))
+        };
         let mut p = self.base_params();
-        p.a = self.ptr(&self.dy);
-        p.a_idx = self.ptr(&self.row_token);
+        p.a = dy_rows;
+        p.a_idx = dy_idx;
         p.lda = hd as i64;
         if self.wgmma && !self.direct {
             p.b = self.ptr(&self.w2t);
@@ -757,6 +800,9 @@ impl<'g> FastLayer<'g> {
                 Ok(())
             })?;
         }
+        if gather_first {
+            self.wgrad_w2(dy_rows, 0)?;
+        }
         let mut p = self.base_params();
         p.a = self.ptr(&self.dh);
         p.lda = (2 * id) as i64;
@@ -782,22 +828,58 @@ impl<'g> FastLayer<'g> {
             let (dx, sr, gx) = (self.ptr(&self.dx_rows), self.ptr(&self.slot_row), self.ptr(&self.grad_x));
             self.combine("undispatch", dx, 0, sr, gx)?;
         }
-        // weight gradients run for every expert, so experts without rows get exact zeros
+        // X's rows in expert order in the dX-rows buffer (free again after the un-dispatch), for grad_w13
+        let (x_rows, x_idx) = if gather_first {
+            let (x, dst) = (self.ptr(&self.x), self.ptr(&self.dx_rows));
+            self.gather_rows("gather_x", x, dst, hd)?;
+            (dst, 0)
+        } else {
+            (self.ptr(&self.x), self.ptr(&self.row_token))
+        };
+        self.wgrad_w13(x_rows, x_idx)?;
+        if !gather_first {
+            self.wgrad_w2(dy_rows, dy_idx)?;
+        }
+        Ok(())
+    }
+
+    /// `dst[r] = src[row_token[r]]` for every row (`cols` bf16 each).
+    fn gather_rows(&mut self, label: &'static str, src: u64, dst: u64, cols: usize) -> Result<(), GpuError> {
+        let (rows, c) = (self.rows as i32, cols as i32);
+        let blocks = (self.rows * cols / 8).div_ceil(256).clamp(1, 65535 * 16) as u32;
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        self.launch(label, |me| {
+            // SAFETY: fc_gather_rows(const bf16*, const int*, bf16*, int, int); row_token holds rows indices < T,
+            // src is T x cols and dst rows x cols.
+            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_gather_rows")).arg(&src).arg(&me.row_token).arg(&dst).arg(&rows).arg(&c).launch(cfg)? };
+            Ok(())
+        })
+    }
+
+    /// grad_w13[e] = dH_eᵀ · X_e over each expert's rows; X's rows from `x` (gathered by `x_idx` unless 0).
+    /// Weight gradients run for every expert, so experts without rows get exact zeros.
+    fn wgrad_w13(&mut self, x: u64, x_idx: u64) -> Result<(), GpuError> {
+        let FastDims { hidden: hd, inter: id, experts: e, .. } = self.dims;
         let mut p = self.base_params();
         p.a = self.ptr(&self.dh);
         p.lda = (2 * id) as i64;
         p.m_dim = (2 * id) as i32;
-        p.b = self.ptr(&self.x);
-        p.b_idx = self.ptr(&self.row_token);
+        p.b = x;
+        p.b_idx = x_idx;
         p.ldb = hd as i64;
         p.n_dim = hd as i32;
         p.c = self.ptr(&self.grad_w13);
         p.ldc = hd as i64;
         p.c_estride = (2 * id * hd) as i64;
-        self.gemm_wgrad("wgrad_w13", (hd.div_ceil(TILE_N), (2 * id).div_ceil(TILE_M), e), p)?;
+        self.gemm_wgrad("wgrad_w13", (hd.div_ceil(TILE_N), (2 * id).div_ceil(TILE_M), e), p)
+    }
+
+    /// grad_w2[e] = dY_eᵀ · A'_e; dY's rows from `dy` (gathered by `dy_idx` unless 0).
+    fn wgrad_w2(&mut self, dy: u64, dy_idx: u64) -> Result<(), GpuError> {
+        let FastDims { hidden: hd, inter: id, experts: e, .. } = self.dims;
         let mut p = self.base_params();
-        p.a = self.ptr(&self.dy);
-        p.a_idx = self.ptr(&self.row_token);
+        p.a = dy;
+        p.a_idx = dy_idx;
         p.lda = hd as i64;
         p.m_dim = hd as i32;
         p.b = self.ptr(&self.aw);
@@ -840,11 +922,15 @@ impl<'g> FastLayer<'g> {
         let rows = self.rows.max(1) as u64;
         let map = |ptr: u64, idx: u64, cols: i32, ld: i64| if idx == 0 { tma_desc(ptr, &[cols as u64, rows], &[ld as u64], &[64, 64]) } else { Ok(TmaDesc::default()) };
         let (ta, tb) = if kernel == "ws_wgrad" { (map(p.a, p.a_idx, p.m_dim, p.lda)?, map(p.b, p.b_idx, p.n_dim, p.ldb)?) } else { Default::default() };
+        // the output, [E][m_dim][n_dim] in boxes of 64 rows x 64 columns (the TMA-store epilogue)
+        let (m, n, e) = (p.m_dim as u64, p.n_dim as u64, self.dims.experts as u64);
+        let tc = if kernel == "ws_wgrad" { tma_desc(p.c, &[n, m, e], &[p.ldc as u64, p.c_estride as u64], &[64, 64, 1])? } else { TmaDesc::default() };
+        let td = TmaDesc::default();
         self.launch(label, |me| {
             let mut b = me.gpu.stream.launch_builder(me.k.f(kernel));
             b.arg(&p);
             if kernel == "ws_wgrad" {
-                b.arg(&ta).arg(&tb);
+                b.arg(&ta).arg(&tb).arg(&tc).arg(&td);
             }
             // SAFETY: as in `gemm`; the plain kernels' grid.z = experts, the persistent one's p.k_dim = experts,
             // and offsets has E + 1 entries.
