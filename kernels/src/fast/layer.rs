@@ -238,7 +238,7 @@ pub struct FastLayer<'g> {
     /// the default engine's GEMMs as persistent warp-specialised kernels (fast_ws.cu)
     persistent: bool,
     /// persistent engine: the backward's gathered operands (dY's and X's rows) copied into expert order first
-    /// (into the dX-rows buffer while it is free), so that dA_raw and the weight gradients read them by TMA
+    /// (into the dX-rows buffer, before dX writes it), so that dA_raw and the weight gradients read them by TMA
     gather_first: bool,
     da_raw: CudaSlice<f32>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
@@ -535,10 +535,10 @@ impl<'g> FastLayer<'g> {
         }
         if let Some(ws) = self.persistent_kernel(name) {
             let cfg = self.persistent_config(grid);
-            let [ta, tb, tc, td] = self.tensor_maps(ws, &p)?;
+            let [ta, tb, tc] = self.tensor_maps(ws, &p)?;
             return self.launch(label, |me| {
                 // SAFETY: as below; the tensor maps describe live buffers of this layer (tensor_maps).
-                unsafe { me.gpu.stream.launch_builder(me.k.f(ws)).arg(&p).arg(&ta).arg(&tb).arg(&tc).arg(&td).launch(cfg)? };
+                unsafe { me.gpu.stream.launch_builder(me.k.f(ws)).arg(&p).arg(&ta).arg(&tb).arg(&tc).launch(cfg)? };
                 Ok(())
             });
         }
@@ -569,10 +569,9 @@ impl<'g> FastLayer<'g> {
 
     /// The tensor maps of a persistent row GEMM: A's rows when they are not gathered (2-D, [rows][K], boxes
     /// of 128 rows x 64 k), the weights B (3-D over the experts): K-major [E][n][K] in boxes of 256 (GEMM1:
-    /// 128) rows x 64 k, or as stored [E][K][N] in boxes of 64 k lines x 64 columns; and the outputs of the
-    /// TMA-store epilogue in boxes of 64 rows x 128 bytes: C as [1][rows][N], or GEMM1's H as [rows][gate, up][I]
-    /// (so that a box of gate columns is clipped at I) and A as [1][rows][I].
-    fn tensor_maps(&self, ws: &str, p: &GemmParams) -> Result<[TmaDesc; 4], GpuError> {
+    /// 128) rows x 64 k, or as stored [E][K][N] in boxes of 64 k lines x 64 columns; and the output C of the
+    /// TMA-store epilogue ([1][rows][N], boxes of 64 rows x 128 bytes).
+    fn tensor_maps(&self, ws: &str, p: &GemmParams) -> Result<[TmaDesc; 3], GpuError> {
         let (k, n, e) = (p.k_dim as u64, p.n_dim as u64, self.dims.experts as u64);
         let ta = if p.a_idx == 0 { tma_desc(p.a, &[k, self.rows.max(1) as u64], &[p.lda as u64], &[64, 128])? } else { TmaDesc::default() };
         let tb = match ws {
@@ -582,18 +581,12 @@ impl<'g> FastLayer<'g> {
             _ => return Err(GpuError::Input(format!("no tensor maps for {ws}"))),
         };
         let rows = self.rows.max(1) as u64;
-        let (mut tc, mut td) = (TmaDesc::default(), TmaDesc::default());
-        match ws {
-            "ws_rows" | "ws_rows_bmn" => tc = tma_desc(p.c, &[n, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[64, 64, 1])?,
-            "ws_rows_bmn_f32" => tc = tma_desc_of(true, p.c, &[n, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[32, 64, 1])?,
-            "ws_gemm1_swiglu" => {
-                let i = p.inter as u64;
-                tc = tma_desc(p.c, &[i, 2, rows], &[i, p.ldc as u64], &[64, 1, 64])?;
-                td = tma_desc(p.c2, &[i, rows, 1], &[i, i * rows], &[64, 64, 1])?;
-            }
-            _ => {}
-        }
-        Ok([ta, tb, tc, td])
+        let tc = match ws {
+            "ws_rows" | "ws_rows_bmn" => tma_desc(p.c, &[n, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[64, 64, 1])?,
+            "ws_rows_bmn_f32" => tma_desc_of(true, p.c, &[n, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[32, 64, 1])?,
+            _ => TmaDesc::default(),
+        };
+        Ok([ta, tb, tc])
     }
 
     fn base_params(&self) -> GemmParams {
@@ -737,7 +730,8 @@ impl<'g> FastLayer<'g> {
             self.transpose("transpose_w2", w2, w2t, hd, id)?;
             self.transpose("transpose_w13", w13, w13t, 2 * id, hd)?;
         }
-        // dY's rows in expert order in the dX-rows buffer (free until dX), for dA_raw and grad_w2
+        // dY's rows in expert order in the dX-rows buffer (free until dX), for dA_raw and grad_w2; then X's, for
+        // grad_w13
         let gather_first = self.persistent && self.gather_first && self.rows > 0;
         let (dy_rows, dy_idx) = if gather_first {
             let (dy, dst) = (self.ptr(&self.dy), self.ptr(&self.dx_rows));
@@ -801,7 +795,12 @@ impl<'g> FastLayer<'g> {
             })?;
         }
         if gather_first {
+            // both weight gradients before dX, whose rows then overwrite the gathered copies: the buffer ends
+            // holding the dX rows, as without gathering first
             self.wgrad_w2(dy_rows, 0)?;
+            let (x, dst) = (self.ptr(&self.x), self.ptr(&self.dx_rows));
+            self.gather_rows("gather_x", x, dst, hd)?;
+            self.wgrad_w13(dst, 0)?;
         }
         let mut p = self.base_params();
         p.a = self.ptr(&self.dh);
@@ -828,16 +827,9 @@ impl<'g> FastLayer<'g> {
             let (dx, sr, gx) = (self.ptr(&self.dx_rows), self.ptr(&self.slot_row), self.ptr(&self.grad_x));
             self.combine("undispatch", dx, 0, sr, gx)?;
         }
-        // X's rows in expert order in the dX-rows buffer (free again after the un-dispatch), for grad_w13
-        let (x_rows, x_idx) = if gather_first {
-            let (x, dst) = (self.ptr(&self.x), self.ptr(&self.dx_rows));
-            self.gather_rows("gather_x", x, dst, hd)?;
-            (dst, 0)
-        } else {
-            (self.ptr(&self.x), self.ptr(&self.row_token))
-        };
-        self.wgrad_w13(x_rows, x_idx)?;
         if !gather_first {
+            let (x, idx) = (self.ptr(&self.x), self.ptr(&self.row_token));
+            self.wgrad_w13(x, idx)?;
             self.wgrad_w2(dy_rows, dy_idx)?;
         }
         Ok(())
@@ -925,12 +917,11 @@ impl<'g> FastLayer<'g> {
         // the output, [E][m_dim][n_dim] in boxes of 64 rows x 64 columns (the TMA-store epilogue)
         let (m, n, e) = (p.m_dim as u64, p.n_dim as u64, self.dims.experts as u64);
         let tc = if kernel == "ws_wgrad" { tma_desc(p.c, &[n, m, e], &[p.ldc as u64, p.c_estride as u64], &[64, 64, 1])? } else { TmaDesc::default() };
-        let td = TmaDesc::default();
         self.launch(label, |me| {
             let mut b = me.gpu.stream.launch_builder(me.k.f(kernel));
             b.arg(&p);
             if kernel == "ws_wgrad" {
-                b.arg(&ta).arg(&tb).arg(&tc).arg(&td);
+                b.arg(&ta).arg(&tb).arg(&tc);
             }
             // SAFETY: as in `gemm`; the plain kernels' grid.z = experts, the persistent one's p.k_dim = experts,
             // and offsets has E + 1 entries.
