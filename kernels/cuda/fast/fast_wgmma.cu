@@ -409,7 +409,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn_f32(const FastG
 
 // SwiGLU backward on whole rows, one warp per row, from dA_raw = dY[token]·W2 (f32, unweighted): dA = w·dA_raw,
 // A recomputed from H exactly as the forward did, dH and A' = w·A stored in bf16, and the routing-weight
-// gradient's row sum <dA_raw, A> (each lane in column order, then a fixed butterfly) into ds_row[r].
+// gradient's row sum <dA_raw, A> into ds_row[r]: each lane sums its 8-column chunks (columns 8 lane + 256 i)
+// in column order, then a fixed butterfly across the lanes. 16-byte loads and stores (I is a multiple of 8).
 extern "C" __global__ void fc_swiglu_bwd_rows(const float* __restrict__ da_raw, const bf16_t* __restrict__ h,
                                               const float* __restrict__ row_w, bf16_t* __restrict__ dh,
                                               bf16_t* __restrict__ aw, float* __restrict__ ds_row, int rows,
@@ -422,26 +423,33 @@ extern "C" __global__ void fc_swiglu_bwd_rows(const float* __restrict__ da_raw, 
     bf16_t* dhrow = dh + (long long)r * 2 * inter;
     bf16_t* arow = aw + (long long)r * inter;
     float rowdot = 0.0f;
-    for (int q = 2 * lane; q < inter; q += 64) {  // inter is even: pairs stay inside the row
-        float2 dv = *(const float2*)(drow + q);
-        unsigned gp = *(const unsigned*)(hrow + q), up = *(const unsigned*)(hrow + inter + q);
-        bf16_t dg[2], du[2], ap[2];
+#pragma unroll 2
+    for (int q = 8 * lane; q < inter; q += 256) {
+        const float4 d0 = __ldcs((const float4*)(drow + q)), d1 = __ldcs((const float4*)(drow + q + 4));
+        const uint4 gp = *(const uint4*)(hrow + q), up = *(const uint4*)(hrow + inter + q);
+        const float dv[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
+        const unsigned gw[4] = {gp.x, gp.y, gp.z, gp.w}, uw[4] = {up.x, up.y, up.z, up.w};
+        unsigned dg[4], du[4], ap[4];
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-            float g = bf16_to_f32((bf16_t)(c ? gp >> 16 : gp & 0xffffu));
-            float u = bf16_to_f32((bf16_t)(c ? up >> 16 : up & 0xffffu));
-            float a = bf16_to_f32(f32_to_bf16(swiglu_f(g, u, alpha, clamp_limit)));
-            float d = c ? dv.y : dv.x;
-            rowdot = fmaf(d, a, rowdot);
-            float gg, uu;
-            swiglu_b(g, u, w * d, alpha, clamp_limit, gg, uu);
-            dg[c] = f32_to_bf16(gg);
-            du[c] = f32_to_bf16(uu);
-            ap[c] = f32_to_bf16(w * a);
+        for (int i = 0; i < 4; ++i) {
+            dg[i] = du[i] = ap[i] = 0;
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                float g = bf16_to_f32((bf16_t)(c ? gw[i] >> 16 : gw[i] & 0xffffu));
+                float u = bf16_to_f32((bf16_t)(c ? uw[i] >> 16 : uw[i] & 0xffffu));
+                float a = bf16_to_f32(f32_to_bf16(swiglu_f(g, u, alpha, clamp_limit)));
+                float d = dv[2 * i + c];
+                rowdot = fmaf(d, a, rowdot);
+                float gg, uu;
+                swiglu_b(g, u, w * d, alpha, clamp_limit, gg, uu);
+                dg[i] |= (unsigned)f32_to_bf16(gg) << (16 * c);
+                du[i] |= (unsigned)f32_to_bf16(uu) << (16 * c);
+                ap[i] |= (unsigned)f32_to_bf16(w * a) << (16 * c);
+            }
         }
-        *(unsigned*)(dhrow + q) = (unsigned)dg[0] | ((unsigned)dg[1] << 16);
-        *(unsigned*)(dhrow + inter + q) = (unsigned)du[0] | ((unsigned)du[1] << 16);
-        *(unsigned*)(arow + q) = (unsigned)ap[0] | ((unsigned)ap[1] << 16);
+        *(uint4*)(dhrow + q) = make_uint4(dg[0], dg[1], dg[2], dg[3]);
+        *(uint4*)(dhrow + inter + q) = make_uint4(du[0], du[1], du[2], du[3]);
+        *(uint4*)(arow + q) = make_uint4(ap[0], ap[1], ap[2], ap[3]);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) rowdot += __shfl_xor_sync(0xffffffffu, rowdot, o);
