@@ -50,11 +50,10 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
     let ids_v: Vec<i32> = ids.iter().copied().collect();
     let w_v: Vec<f32> = w.iter().copied().collect();
     let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
-    let run_with = |engine: Engine, poison: bool, gather_first: bool, tma_gather: bool| -> FastTrace {
+    let run_with = |engine: Engine, poison: bool, gather_first: bool| -> FastTrace {
         let mut layer = FastLayer::new(gpu, kern, dims, act, &ids_v, &w_v).expect("layer");
         layer.set_engine(engine).expect("engine");
         layer.use_gather_first(gather_first);
-        layer.use_tma_gather(tma_gather);
         layer.upload(&xb, &w13b, &w2b, &dyb).expect("upload");
         if poison {
             layer.poison_outputs().expect("poison");
@@ -63,7 +62,7 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
         layer.backward().expect("backward");
         layer.trace().expect("trace")
     };
-    let run = |engine: Engine, poison: bool| run_with(engine, poison, true, false);
+    let run = |engine: Engine, poison: bool| run_with(engine, poison, true);
     let engine = (wgmma, wgrad_wgmma, direct, persistent);
     let first = run(engine, false);
     let second = run(engine, true);
@@ -77,10 +76,9 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
             panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): the persistent GEMMs differ from the plain ones: {msg}");
         }
         // the backward's gathered operands read inside the GEMMs instead of copied into expert order first
-        // ... and with GEMM1's gathered rows by TMA, one box per row
-        let in_gemm = run_with(engine, true, false, true);
+        let in_gemm = run_with(engine, true, false);
         if let Err(msg) = same(&first, &in_gemm) {
-            panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): gathering inside the GEMMs (GEMM1's rows by TMA) differs from gathering first: {msg}");
+            panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): gathering inside the GEMMs differs from gathering first: {msg}");
         }
         // selective recomputation: H dropped (NaN) after forward and recomputed before backward
         let mut layer = FastLayer::new(gpu, kern, dims, act, &ids_v, &w_v).expect("layer");

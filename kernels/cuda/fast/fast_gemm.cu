@@ -50,11 +50,7 @@ struct FastGemmParams {
     int m_dim, n_dim, k_dim;  // wgrad: M and N of each expert's output; row GEMMs: N and K (m_dim unused)
     int inter;                // I (SwiGLU epilogues)
     float alpha, clamp_limit; // SwiGLU variant (clamp_limit < 0: plain)
-    int flags;                // FG_FLAG_*
-    int pad_;                 // (8-byte size)
 };
-// persistent row GEMMs: the gathered A rows come by TMA, one box of 64 k x 1 row each (ta: [rows][K] of the source)
-#define FG_FLAG_TMA_GATHER 1
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 

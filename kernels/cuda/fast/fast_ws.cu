@@ -296,12 +296,8 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
     // copies fill part of the stage
     // (weight gradients: always both, the TMA thread arriving without bytes on k-tiles it does not load)
     const bool a_tma = p.a_idx == nullptr, b_tma = KIND != 2 || p.b_idx == nullptr;
-    // row GEMMs with gathered A: by cp.async, or (FG_FLAG_TMA_GATHER) by one TMA box per row, producer
-    // thread tid loading row tid (the 128-byte swizzle follows the shared-memory address, so 1-row boxes at
-    // 128-byte steps make the same layout as one 128-row box)
-    const bool a_rows_tma = KIND != 2 && !a_tma && (p.flags & FG_FLAG_TMA_GATHER);
-    const unsigned full_count = (KIND == 2) ? 129 : ((a_tma || a_rows_tma) ? 1 : 129);
-    const unsigned tx_bytes = ((a_tma || a_rows_tma) ? WG_A_BYTES : 0) + (b_tma ? WG_B_BYTES : 0);
+    const unsigned full_count = (KIND == 2) ? 129 : (a_tma ? 1 : 129);
+    const unsigned tx_bytes = (a_tma ? WG_A_BYTES : 0) + (b_tma ? WG_B_BYTES : 0);
     if (tid == 0) {
         for (int s = 0; s < WG_STAGES; ++s) {
             mbar_init(full0 + 8 * s, full_count);
@@ -320,11 +316,8 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         const int* gidx = (KIND == 2) ? (p.a_idx ? p.a_idx : p.b_idx) : nullptr;
         for (int t = blockIdx.x; t < count; t += gridDim.x) {
             const WsTile w = (KIND == 2) ? ws_wgrad_tile(p, t) : ws_rows_tile<EPI>(p, t);
-            int a_row = 0;  // a_rows_tma: the source row of tile row tid (rows past the tile's end: its first row's)
             if (KIND == 2)
                 wgrad.setup(p, w, tid);
-            else if (a_rows_tma)
-                a_row = p.a_idx[w.m0 + tid < w.m_end ? w.m0 + tid : w.m0];
             else if (!a_tma)
                 gather.setup(p, w, tid);
             // weight gradients: the gathered rows' indices of k-tile kt sit in sidx[kt % 4], copied there by
@@ -374,9 +367,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                         if (a_tma) tma_load_2d(sA, ta, k0, w.m0, full);
                         ws_tma_b<EPI, KIND>(tb, p, w, sB, k0, full);
                     }
-                    if (a_rows_tma) {
-                        tma_load_2d(sA + tid * 128, ta, k0, a_row, full);
-                    } else if (!a_tma) {
+                    if (!a_tma) {
                         gather.load(p, sA, k0, tid);
                         mbar_arrive_cp_async(full);
                     }

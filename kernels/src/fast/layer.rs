@@ -56,11 +56,7 @@ struct GemmParams {
     inter: i32,
     alpha: f32,
     clamp_limit: f32,
-    flags: i32,
-    pad_: i32,
 }
-/// `FastGemmParams::flags`: the persistent row GEMMs load gathered A rows by TMA (one 128-byte box per row).
-const FLAG_TMA_GATHER: i32 = 1;
 // SAFETY: plain old data with the C layout of FastGemmParams (pointers as u64, then i64s, i32s, f32s).
 unsafe impl DeviceRepr for GemmParams {}
 
@@ -244,8 +240,6 @@ pub struct FastLayer<'g> {
     /// persistent engine: the backward's gathered operands (dY's and X's rows) copied into expert order first
     /// (into the dX-rows buffer, before dX writes it), so that dA_raw and the weight gradients read them by TMA
     gather_first: bool,
-    /// persistent engine: gathered A rows of the row GEMMs by TMA, one box per row, instead of cp.async
-    tma_gather: bool,
     da_raw: CudaSlice<f32>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
 }
@@ -346,7 +340,6 @@ impl<'g> FastLayer<'g> {
             direct: k.wgmma,
             persistent: k.wgmma,
             gather_first: true,
-            tma_gather: false,
             da_raw: zeros(gpu, if k.wgmma { rows * id } else { 1 })?,
             profile: None,
         })
@@ -424,12 +417,6 @@ impl<'g> FastLayer<'g> {
     /// that read them (on, the default) or gather them inside the GEMMs' loads (off); bitwise the same results.
     pub fn use_gather_first(&mut self, on: bool) {
         self.gather_first = on;
-    }
-
-    /// With the persistent engine, load the row GEMMs' gathered A rows (GEMM1's X) by TMA, one 128-byte box per
-    /// row (on), or by cp.async (off, the default); bitwise the same results.
-    pub fn use_tma_gather(&mut self, on: bool) {
-        self.tma_gather = on;
     }
 
     /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies), and the
@@ -586,14 +573,7 @@ impl<'g> FastLayer<'g> {
     /// TMA-store epilogue ([1][rows][N], boxes of 64 rows x 128 bytes).
     fn tensor_maps(&self, ws: &str, p: &GemmParams) -> Result<[TmaDesc; 3], GpuError> {
         let (k, n, e) = (p.k_dim as u64, p.n_dim as u64, self.dims.experts as u64);
-        let ta = if p.a_idx == 0 {
-            tma_desc(p.a, &[k, self.rows.max(1) as u64], &[p.lda as u64], &[64, 128])?
-        } else if p.flags & FLAG_TMA_GATHER != 0 {
-            // the gathered source (X or dY: one row per token), a row at a time
-            tma_desc(p.a, &[k, self.dims.tokens.max(1) as u64], &[p.lda as u64], &[64, 1])?
-        } else {
-            TmaDesc::default()
-        };
+        let ta = if p.a_idx == 0 { tma_desc(p.a, &[k, self.rows.max(1) as u64], &[p.lda as u64], &[64, 128])? } else { TmaDesc::default() };
         let tb = match ws {
             "ws_gemm1_swiglu" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 128, 1])?,
             "ws_rows" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 256, 1])?,
@@ -617,7 +597,6 @@ impl<'g> FastLayer<'g> {
             inter: self.dims.inter as i32,
             alpha: self.alpha,
             clamp_limit: self.limit,
-            flags: if self.persistent && self.tma_gather { FLAG_TMA_GATHER } else { 0 },
             ..Default::default()
         }
     }
@@ -1081,8 +1060,8 @@ mod tests {
 
     #[test]
     fn gemm_params_have_the_c_layout() {
-        // FastGemmParams: 12 pointers, 5 long longs, 4 ints, 2 floats, 2 ints, no padding
-        assert_eq!(std::mem::size_of::<GemmParams>(), 12 * 8 + 5 * 8 + 4 * 4 + 2 * 4 + 2 * 4);
+        // FastGemmParams: 12 pointers, 5 long longs, 4 ints, 2 floats, no padding
+        assert_eq!(std::mem::size_of::<GemmParams>(), 12 * 8 + 5 * 8 + 4 * 4 + 2 * 4);
         assert_eq!(std::mem::align_of::<GemmParams>(), 8);
     }
 
