@@ -348,7 +348,7 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
             let (fb, sb) = match &qb { Some(q) => (q.q.view(), row_scales(q, b.nrows())), None => (b, ones(b.nrows())) };
             let scales = Some((sa.view(), sb.view(), kb));
             match (&model, &fine) {
-                (Model::TensorCore(tc), Some(_)) => accum::gemm_nt_mag_into(tc, fa, fb, scales, raw.view_mut(), bound.view_mut()),
+                (Model::TensorCore(tc), Some(f)) if f.chained() => accum::gemm_nt_mag_into(tc, fa, fb, scales, raw.view_mut(), bound.view_mut()),
                 _ => accum::gemm_nt_into(&model, fa, fb, scales, raw.view_mut()),
             }
         }
@@ -390,7 +390,6 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
     // Per-instruction maxima of the fed magnitudes' bounds, and their product (a GEMM over the instructions).
     let chunk_max = fine.as_ref().map(|f| (f.chunk_max(oa.t().v), f.chunk_max(ob.t().v)));
     let slot_mt = chunk_max.as_ref().map(|(ca, cb)| products.add(Operand { id: 4, v: ca.view() }, Operand { id: 4, v: cb.view() }));
-    let (mt_up, mag_up) = fine.as_ref().map_or((1.0, 1.0), |f| (abs_factor(f.instructions, false), f.magnitude_factor));
     let tc_extra = match model {
         Model::TensorCore(tc) => {
             let (amax, bmax) = match &chunk_max {
@@ -414,9 +413,7 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
     assert!(dev.as_ref().is_none_or(|d| contiguous(d.strides())), "output rows contiguous");
     let dev_extra = mode != DevMode::None && !plan.same_schedule;
     let (mut pre, mut dp) = (vec![0.0; n], vec![0.0; n]);
-    // Per row, with the per-instruction bound: the magnitudes' sum R (as the model wrote it into the
-    // bounds, made an upper bound) and the maxima's product Mt.
-    let (mut r_row, mut mt_row) = (vec![0.0; n], vec![0.0; n]);
+    let (mt_up, mag_up) = fine.as_ref().map_or((1.0, 1.0), |f| (abs_factor(f.instructions, false), f.magnitude_factor));
     for rows in row_tiles(m, n) {
         products.compute(rows.clone());
         let (ps, ps0) = (products.tile(slot_s), products.tile(slot_s0));
@@ -424,50 +421,52 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
         let pd0 = slot_d0.map(|s| products.tile(s));
         let pmt = slot_mt.map(|s| products.tile(s));
         for (ti, i) in rows.enumerate() {
-            if let (Some(pmt), Some(_)) = (&pmt, &fine) {
-                for ((r, mt), (&b, &p)) in r_row.iter_mut().zip(mt_row.iter_mut()).zip(bound.row(i).iter().zip(row_slice(*pmt, ti))) {
-                    *r = b.to_f64() * mag_up;
-                    *mt = p * mt_up;
+            if let (Some(f), Some(pmt)) = (&fine, &pmt) {
+                // One pass: the operands' part, the promotions, and the truncations of the emulator and
+                // of any kernel ([`Truncation`]), from R (what the model wrote into this row of the
+                // bounds; Σ|products| where every block is one instruction) and Mt (at most s, too).
+                let mags = bound.row(i);
+                let (s_row, s0_row, mt_row) = (row_slice(ps, ti), row_slice(ps0, ti), row_slice(*pmt, ti));
+                let (d1_row, d0_row) = (pd1.map(|p| row_slice(p, ti)), pd0.map(|p| row_slice(p, ti)));
+                for j in 0..n {
+                    let (s, s0) = (s_row[j] * up, s0_row[j] * down);
+                    let r = if f.chained() { mags[j].to_f64() * mag_up } else { s };
+                    let mt = (mt_row[j] * mt_up).min(s);
+                    let own = f.own(r, mt);
+                    let ops_s = (s - s0).max(0.0);
+                    pre[j] = ops_s + kappa * s + under + f.any(r, mt, own, 2.0 * ops_s);
+                    dp[j] = match (d1_row, d0_row) {
+                        (Some(d1), d0) => {
+                            let s1 = d1[j] * up;
+                            let ops = d0.map_or(0.0, |d0| (s1 - d0[j] * down).max(0.0));
+                            let trunc = if dev_extra { own + f.any(r, mt, own, ops) } else { 0.0 };
+                            ops + orders * s1 + 2.0 * under + trunc
+                        }
+                        _ => 0.0,
+                    };
                 }
-            }
-            for ((p, &s), &s0) in pre.iter_mut().zip(row_slice(ps, ti)).zip(row_slice(ps0, ti)) {
-                let (s, s0) = (s * up, s0 * down);
-                *p = (s - s0).max(0.0) + kappa * s + under;
-            }
-            if let Some(f) = &fine {
-                // Any faithful kernel's truncations, its products within 2(s - s0) of the emulator's.
-                for (((p, &s), &s0), (&r, &mt)) in pre.iter_mut().zip(row_slice(ps, ti)).zip(row_slice(ps0, ti)).zip(r_row.iter().zip(&mt_row)) {
-                    *p += f.any(r, mt, 2.0 * (s * up - s0 * down).max(0.0));
+            } else {
+                for ((p, &s), &s0) in pre.iter_mut().zip(row_slice(ps, ti)).zip(row_slice(ps0, ti)) {
+                    let (s, s0) = (s * up, s0 * down);
+                    *p = (s - s0).max(0.0) + kappa * s + under;
                 }
-            }
-            match (&pd1, &pd0) {
-                (Some(p1), Some(p0)) => {
-                    for ((d, &s1), &s0) in dp.iter_mut().zip(row_slice(*p1, ti)).zip(row_slice(*p0, ti)) {
-                        let s1 = s1 * up;
-                        let ops = (s1 - s0 * down).max(0.0);
-                        *d = ops + orders * s1 + 2.0 * under;
-                    }
-                    if let (Some(f), true) = (&fine, dev_extra) {
-                        // The emulator's truncations and any kernel's, its products within `ops` of these.
-                        for (((d, &s1), &s0), (&r, &mt)) in dp.iter_mut().zip(row_slice(*p1, ti)).zip(row_slice(*p0, ti)).zip(r_row.iter().zip(&mt_row)) {
-                            *d += f.own(r, mt) + f.any(r, mt, (s1 * up - s0 * down).max(0.0));
+                match (&pd1, &pd0) {
+                    (Some(p1), Some(p0)) => {
+                        for ((d, &s1), &s0) in dp.iter_mut().zip(row_slice(*p1, ti)).zip(row_slice(*p0, ti)) {
+                            let s1 = s1 * up;
+                            let ops = (s1 - s0 * down).max(0.0);
+                            *d = ops + orders * s1 + 2.0 * under;
                         }
                     }
-                }
-                (Some(p1), None) => {
-                    for (d, &s1) in dp.iter_mut().zip(row_slice(*p1, ti)) {
-                        let s1 = s1 * up;
-                        let ops = 0.0;
-                        *d = ops + orders * s1 + 2.0 * under;
-                    }
-                    if let (Some(f), true) = (&fine, dev_extra) {
-                        // The same fed products: the emulator's truncations and any kernel's.
-                        for (d, (&r, &mt)) in dp.iter_mut().zip(r_row.iter().zip(&mt_row)) {
-                            *d += f.own(r, mt) + f.any(r, mt, 0.0);
+                    (Some(p1), None) => {
+                        for (d, &s1) in dp.iter_mut().zip(row_slice(*p1, ti)) {
+                            let s1 = s1 * up;
+                            let ops = 0.0;
+                            *d = ops + orders * s1 + 2.0 * under;
                         }
                     }
+                    _ => dp.fill(0.0),
                 }
-                _ => dp.fill(0.0),
             }
             if let Some(x) = &tc_extra {
                 x.add(i, &mut pre, dev_extra.then_some(&mut dp[..]));
@@ -520,7 +519,7 @@ fn row_slice(p: ArrayView2<'_, f64>, i: usize) -> &'_ [f64] {
 /// β = 2^-f, the i-th instruction errs by `e_i ≤ α(|C_i| + M_i + X_i) + β|S_i|`, C_1 = 0, C_{i+1} = S_i,
 /// and the block by T = Σe_i (|S_i − P_i| ≤ Σ_{i'≤i} e_i' for the exact prefix sums P_i).
 /// - The emulator knows its own results: R = Σ_i|S_i| ([`accum::gemm_nt_mag_into`]) ≥ Σ_i|C_i|, so
-///   `T_e ≤ (α+β)·R + α·Σ(M_i + X_i)` ([`Self::own`]).
+///   `T_e ≤ (α+β)·R + α·Σ(M_i + X_i)` ([`Self::own`]; β·R where every block is one instruction).
 /// - Another kernel's products differ from the emulator's by Δ = Σ_j|p_j − p_j^e| (block), so its C_i
 ///   and S_i differ from the emulator's by at most Δ + T + T_e; over its n−1 nonzero C's and n S's,
 ///   `T ≤ (α+β)R + γ(Δ + T + T_e) + α·Σ(M_i + X_i)` with γ = (n−1)α + nβ, i.e. with ρ = 1/(1−γ),
@@ -528,7 +527,8 @@ fn row_slice(p: ArrayView2<'_, f64>, i: usize) -> &'_ [f64] {
 ///
 /// Every term is linear, so the same holds summed over the blocks with R, Δ and ΣM of the whole K. Any
 /// faithful kernel's fed magnitudes are at most `t` ([`BoundOperand`]), so ΣM ≤ Mt = Σ_slices
-/// max(t_a)·max(t_b), a GEMM with inner dimension K/k_inst ([`Self::chunk_max`]); the X terms are
+/// max(t_a)·max(t_b), a GEMM with inner dimension K/k_inst ([`Self::chunk_max`]), and ΣM ≤ s = Σ t_a·t_b
+/// (the smaller is taken; where no block chains two instructions, R ≤ s as well); the X terms are
 /// [`TcExtra`] (its factor `instructions·α·ρ(1+γ)` covers both kernels' X). The f32 promotions (scale product, FMA, or a split-K
 /// sum) add `promotion·Σ s·|S_block| ≤ promotion·Σ|p|`. Hence, with (s − s0) the operands' part:
 /// a-priori `T(Δ = 2(s − s0)) + promotion·s`; deviation `T_e + T(Δ = |ops|) + 2·promotion·s1`.
@@ -536,6 +536,8 @@ fn row_slice(p: ArrayView2<'_, f64>, i: usize) -> &'_ [f64] {
 struct Truncation {
     k_inst: usize,
     block: usize,
+    /// R's coefficient: α + β, or β where no block chains instructions (no C).
+    r_coef: f64,
     alpha: f64,
     beta: f64,
     gamma: f64,
@@ -544,6 +546,8 @@ struct Truncation {
     promotion: f64,
     /// Instructions over the whole K.
     instructions: usize,
+    /// K blocks.
+    blocks: usize,
     /// Makes the model's f64 sum R an upper bound of the real one.
     magnitude_factor: f64,
 }
@@ -556,7 +560,8 @@ impl Truncation {
     fn new(tc: &TensorCore, block: usize, k: usize) -> Option<Truncation> {
         let (emin_a, emin_b) = (tc.operands.0.spec().min_exponent(), tc.operands.1.spec().min_exponent());
         let normal = emin_a + emin_b - tc.n_bits as i32 >= -126 && tc.out_frac_bits <= 23;
-        let n = block.div_ceil(tc.k_inst) as f64;
+        // Instructions per block (the longest block).
+        let n = block.min(k).div_ceil(tc.k_inst.max(1)).max(1) as f64;
         let (alpha, beta) = ((tc.k_inst as f64 + 1.0) * 2f64.powi(-(tc.n_bits as i32)), 2f64.powi(-(tc.out_frac_bits as i32)));
         let gamma = (n - 1.0) * alpha + n * beta;
         if !normal || tc.promote_every != Some(block) || gamma > 0.5 || tc.k_inst == 0 {
@@ -564,7 +569,10 @@ impl Truncation {
         }
         let blocks = k.div_ceil(block);
         let instructions = (0..blocks).map(|b| (k - b * block).min(block).div_ceil(tc.k_inst)).sum::<usize>();
+        // Σ|C_i| ≤ R; where no block chains two instructions every C is zero.
+        let r_coef = if instructions > blocks { alpha + beta } else { beta };
         Some(Truncation {
+            r_coef,
             k_inst: tc.k_inst,
             block,
             alpha,
@@ -573,6 +581,7 @@ impl Truncation {
             rho: EVAL / (1.0 - gamma),
             promotion: (blocks as f64 + 2.0) * 2.0 * U32,
             instructions,
+            blocks,
             magnitude_factor: 1.0 + (instructions + 2 * blocks + 2) as f64 * 2f64.powi(-52),
         })
     }
@@ -580,13 +589,20 @@ impl Truncation {
     /// `T_e`, the emulator's own truncations, from its magnitudes `r` and the maxima's product `mt`.
     #[inline(always)]
     fn own(&self, r: f64, mt: f64) -> f64 {
-        ((self.alpha + self.beta) * r + self.alpha * mt) * EVAL
+        (self.r_coef * r + self.alpha * mt) * EVAL
     }
 
-    /// `T`, any faithful kernel's truncations, its products within `delta` (Σ|p − p_e|) of the emulator's.
+    /// `T`, any faithful kernel's truncations, its products within `delta` (Σ|p − p_e|) of the emulator's
+    /// (`own` = [`Self::own`]`(r, mt)`).
     #[inline(always)]
-    fn any(&self, r: f64, mt: f64, delta: f64) -> f64 {
-        self.rho * ((self.alpha + self.beta) * r + self.gamma * (delta + self.own(r, mt)) + self.alpha * mt)
+    fn any(&self, r: f64, mt: f64, own: f64, delta: f64) -> f64 {
+        self.rho * (self.r_coef * r + self.gamma * (delta + own) + self.alpha * mt)
+    }
+
+    /// Whether some block chains instructions. Where none does, R ≤ Σ|products| (each block's one result
+    /// is at most its Σ|p|): the model need not count its magnitudes.
+    fn chained(&self) -> bool {
+        self.instructions > self.blocks
     }
 
     /// `[rows, instructions]`: the largest element of every row's instruction slices (the blocks of
@@ -871,7 +887,7 @@ mod tests {
             let (_, r_e, mt, _) = measure(&a, &b, &sa, &sb, &t_a, &t_b);
             let (err2, _, _, abs2) = measure(&a2, &b, &sa2, &sb, &t_a, &t_b);
             let delta: f64 = (0..k).map(|j| (a2[j] * sa2[j / P] * b[j] - a[j] * sa[j / P] * b[j]).abs()).sum::<f64>() * abs_factor(k, false);
-            let bound = tr.any(r_e, mt, delta) + tr.promotion * abs2;
+            let bound = tr.any(r_e, mt, tr.own(r_e, mt), delta) + tr.promotion * abs2;
             assert!(err2 <= bound, "trial {trial}: the other kernel's error {err2:e} above {bound:e}");
         }
     }
