@@ -9,6 +9,9 @@
 //! `|Σ â·b̂ − Σ a·b| ≤ Σ (m_a + E_a)(m_b + E_b) − Σ m_a·m_b`       (operands)
 //! `|acc − Σ â·b̂| ≤ κ(model, K)·Σ (m_a + E_a)(m_b + E_b)`       (accumulation, [`accumulation_coefficient`])
 //!
+//! except for blockwise FP8 (a promoting tensor-core model fed codes), whose truncation is bounded
+//! instruction by instruction from the model's own magnitudes ([`Truncation`]).
+//!
 //! and storing the f32 accumulator as bf16 adds `u_s·(|acc| + …) + η_s`. The two sums are two plain f64
 //! GEMMs of non-negative matrices, made upper bounds by their own error factor.
 
@@ -54,6 +57,7 @@ fn gamma(n: usize) -> f64 {
 ///   times the running magnitude per instruction. With promotion every `P`, a block's partial carries
 ///   `⌈P/k_inst⌉` instructions' worth, and the f32 scale product, multiply and add of each of the
 ///   `⌈K/P⌉` promotions add `2^-24` each. A final factor `(1 + κ)` covers errors feeding later magnitudes.
+///   (A GEMM stage fed blockwise-FP8 codes uses the much tighter per-instruction [`Truncation`] instead.)
 pub fn accumulation_coefficient(model: &Model, k: usize) -> f64 {
     let first = match model {
         Model::Exact => U32,
@@ -539,7 +543,6 @@ struct Truncation {
     /// R's coefficient: α + β, or β where no block chains instructions (no C).
     r_coef: f64,
     alpha: f64,
-    beta: f64,
     gamma: f64,
     rho: f64,
     /// The f32 promotions' coefficient of Σ|products|: `(⌈K/P⌉ + 2)·2·2^-24`.
@@ -576,7 +579,6 @@ impl Truncation {
             k_inst: tc.k_inst,
             block,
             alpha,
-            beta,
             gamma,
             rho: EVAL / (1.0 - gamma),
             promotion: (blocks as f64 + 2.0) * 2.0 * U32,
