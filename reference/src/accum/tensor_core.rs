@@ -137,15 +137,16 @@ impl Acc {
     }
 }
 
-/// `mag += |C|`, lane by lane: C's exact value (a significand of at most 24 bits times a power of two)
-/// added in f64; an overflowed lane adds infinity.
+/// `mag += |C|`, lane by lane: C's exact value (a significand below 2^24 times a power of two) added in
+/// f64. A lane that overflowed holds no value here: the chain's end makes its sum infinite
+/// ([`panel_rows`]).
 #[inline(always)]
 fn add_magnitudes(acc: &Acc, mag: &mut [f64; NR]) {
     for (l, g) in mag.iter_mut().enumerate() {
-        let m = acc.mc[l].unsigned_abs();
-        let e = if m == 0 { 0 } else { acc.ec[l] - 23 };
-        let v = m as f64 * f64::from_bits(((e + 1023) as u64) << 52);
-        *g += if acc.inf[l] != 0 { f64::INFINITY } else { v };
+        let m = acc.mc[l] as i32;
+        // A zero C has ec = ZERO_EXP: any scale of a zero significand is zero.
+        let e = (acc.ec[l] - 23).max(-1022);
+        *g += f64::from(m).abs() * f64::from_bits(((e + 1023) as u64) << 52);
     }
 }
 
@@ -404,12 +405,21 @@ fn panel_rows<const MAG: bool, B: BoundElem>(t: &TensorCore, a: &Operand, m: usi
     for i in 0..m {
         let mut total = [0.0f64; NR];
         let lanes = match scales {
-            None => chain::<MAG>(t, a, i, bp, p, 0, k, &mut x, &mut total),
+            None => {
+                let v = chain::<MAG>(t, a, i, bp, p, 0, k, &mut x, &mut total);
+                if MAG {
+                    overflowed_to_infinity(&v, &mut total);
+                }
+                v
+            }
             Some((sa, sb, kb)) => {
                 let mut fin = [0.0f32; NR];
                 for (blk, k0) in (0..k).step_by(kb).enumerate() {
                     let mut block = [0.0f64; NR];
                     let part = chain::<MAG>(t, a, i, bp, p, k0, (k0 + kb).min(k), &mut x, &mut block);
+                    if MAG {
+                        overflowed_to_infinity(&part, &mut block);
+                    }
                     for l in 0..NR {
                         let j = p * NR + l;
                         if j < n {
@@ -430,6 +440,16 @@ fn panel_rows<const MAG: bool, B: BoundElem>(t: &TensorCore, a: &Operand, m: usi
             for (o, &v) in g.row_mut(i).iter_mut().zip(&total) {
                 *o = B::from_bound(v);
             }
+        }
+    }
+}
+
+/// An infinite magnitude sum for every lane whose chain overflowed (its result is infinite).
+#[inline(always)]
+fn overflowed_to_infinity(v: &[f32; NR], mag: &mut [f64; NR]) {
+    for (g, x) in mag.iter_mut().zip(v) {
+        if x.is_infinite() {
+            *g = f64::INFINITY;
         }
     }
 }

@@ -393,7 +393,11 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
     let orders = if plan.same_schedule { 0.0 } else { 2.0 * coefficient };
     // Per-instruction maxima of the fed magnitudes' bounds, and their product (a GEMM over the instructions).
     let chunk_max = fine.as_ref().map(|f| (f.chunk_max(oa.t().v), f.chunk_max(ob.t().v)));
-    let slot_mt = chunk_max.as_ref().map(|(ca, cb)| products.add(Operand { id: 4, v: ca.view() }, Operand { id: 4, v: cb.view() }));
+    // Few instructions (weight gradients over few rows): the product row by row below, B's maxima
+    // transposed, instead of a GEMM whose output tile would cost more than its few multiply-adds.
+    let inline_mt = fine.as_ref().is_some_and(|f| f.instructions <= INLINE_MT);
+    let cb_t = chunk_max.as_ref().filter(|_| inline_mt).map(|(_, cb)| cb.t().as_standard_layout().into_owned());
+    let slot_mt = chunk_max.as_ref().filter(|_| !inline_mt).map(|(ca, cb)| products.add(Operand { id: 4, v: ca.view() }, Operand { id: 4, v: cb.view() }));
     let tc_extra = match model {
         Model::TensorCore(tc) => {
             let (amax, bmax) = match &chunk_max {
@@ -418,6 +422,9 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
     let dev_extra = mode != DevMode::None && !plan.same_schedule;
     let (mut pre, mut dp) = (vec![0.0; n], vec![0.0; n]);
     let (mt_up, mag_up) = fine.as_ref().map_or((1.0, 1.0), |f| (abs_factor(f.instructions, false), f.magnitude_factor));
+    let mut mt_buf = vec![0.0; if inline_mt { n } else { 0 }];
+    // Per row of the per-instruction bound: R, Mt (as used) and the emulator's own truncation T_e.
+    let (mut r_row, mut mt_keep, mut own_row) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
     for rows in row_tiles(m, n) {
         products.compute(rows.clone());
         let (ps, ps0) = (products.tile(slot_s), products.tile(slot_s0));
@@ -425,29 +432,56 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
         let pd0 = slot_d0.map(|s| products.tile(s));
         let pmt = slot_mt.map(|s| products.tile(s));
         for (ti, i) in rows.enumerate() {
-            if let (Some(f), Some(pmt)) = (&fine, &pmt) {
+            if let (Some(f), Some((ca, _))) = (&fine, &chunk_max) {
                 // One pass: the operands' part, the promotions, and the truncations of the emulator and
                 // of any kernel ([`Truncation`]), from R (what the model wrote into this row of the
                 // bounds; Σ|products| where every block is one instruction) and Mt (at most s, too).
                 let mags = bound.row(i);
-                let (s_row, s0_row, mt_row) = (row_slice(ps, ti), row_slice(ps0, ti), row_slice(*pmt, ti));
-                let (d1_row, d0_row) = (pd1.map(|p| row_slice(p, ti)), pd0.map(|p| row_slice(p, ti)));
-                for j in 0..n {
-                    let (s, s0) = (s_row[j] * up, s0_row[j] * down);
-                    let r = if f.chained() { mags[j].to_f64() * mag_up } else { s };
-                    let mt = (mt_row[j] * mt_up).min(s);
+                let mt_row = match (&pmt, &cb_t) {
+                    (Some(pmt), _) => row_slice(*pmt, ti),
+                    (None, Some(cb_t)) => {
+                        mt_buf.fill(0.0);
+                        let cb_rows = cb_t.as_slice().expect("standard layout").chunks_exact(n.max(1));
+                        for (&x, cb) in ca.row(i).iter().zip(cb_rows) {
+                            for (o, &y) in mt_buf.iter_mut().zip(cb) {
+                                *o += x * y;
+                            }
+                        }
+                        &mt_buf[..]
+                    }
+                    _ => unreachable!("Mt is a product or computed here"),
+                };
+                let (s_row, s0_row) = (row_slice(ps, ti), row_slice(ps0, ti));
+                // Branch-free loops over the row (each vectorises): R, then the bound (keeping Mt and
+                // T_e for the deviation), then the deviation in the stage's mode.
+                match mags.as_slice().filter(|_| f.chained()) {
+                    Some(mags) => r_row.iter_mut().zip(mags).for_each(|(r, &g)| *r = g.to_f64() * mag_up),
+                    None => r_row.iter_mut().zip(s_row).for_each(|(r, &s)| *r = s * up),
+                }
+                let row = pre.iter_mut().zip(mt_keep.iter_mut()).zip(own_row.iter_mut()).zip(r_row.iter());
+                for ((((p, keep), o), &r), ((&s, &s0), &mt)) in row.zip(s_row.iter().zip(s0_row).zip(mt_row)) {
+                    let (s, s0) = (s * up, s0 * down);
+                    let mt = (mt * mt_up).min(s);
                     let own = f.own(r, mt);
                     let ops_s = (s - s0).max(0.0);
-                    pre[j] = ops_s + kappa * s + under + f.any(r, mt, own, 2.0 * ops_s);
-                    dp[j] = match (d1_row, d0_row) {
-                        (Some(d1), d0) => {
-                            let s1 = d1[j] * up;
-                            let ops = d0.map_or(0.0, |d0| (s1 - d0[j] * down).max(0.0));
-                            let trunc = if dev_extra { own + f.any(r, mt, own, ops) } else { 0.0 };
-                            ops + orders * s1 + 2.0 * under + trunc
-                        }
-                        _ => 0.0,
-                    };
+                    *p = ops_s + kappa * s + under + f.any(r, mt, own, 2.0 * ops_s);
+                    (*keep, *o) = (mt, own);
+                }
+                let trunc = |j: usize, ops: f64| own_row[j] + f.any(r_row[j], mt_keep[j], own_row[j], ops);
+                match (pd1.map(|p| row_slice(p, ti)), pd0.map(|p| row_slice(p, ti)), dev_extra) {
+                    (Some(d1), Some(d0), true) => (0..n).for_each(|j| {
+                        let s1 = d1[j] * up;
+                        let ops = (s1 - d0[j] * down).max(0.0);
+                        dp[j] = ops + orders * s1 + 2.0 * under + trunc(j, ops);
+                    }),
+                    (Some(d1), Some(d0), false) => (0..n).for_each(|j| {
+                        let s1 = d1[j] * up;
+                        let ops = (s1 - d0[j] * down).max(0.0);
+                        dp[j] = ops + orders * s1 + 2.0 * under;
+                    }),
+                    (Some(d1), None, true) => (0..n).for_each(|j| dp[j] = orders * (d1[j] * up) + 2.0 * under + trunc(j, 0.0)),
+                    (Some(d1), None, false) => (0..n).for_each(|j| dp[j] = orders * (d1[j] * up) + 2.0 * under),
+                    _ => dp.fill(0.0),
                 }
             } else {
                 for ((p, &s), &s0) in pre.iter_mut().zip(row_slice(ps, ti)).zip(row_slice(ps0, ti)) {
@@ -554,6 +588,9 @@ struct Truncation {
     /// Makes the model's f64 sum R an upper bound of the real one.
     magnitude_factor: f64,
 }
+
+/// Up to this many instructions along K, the stage forms Mt row by row rather than as a GEMM.
+const INLINE_MT: usize = 8;
 
 /// Slack for the f64 evaluation of [`Truncation`]'s few non-negative terms.
 const EVAL: f64 = 1.0 + 1.0 / (1u64 << 45) as f64;
@@ -846,7 +883,7 @@ mod tests {
                 // Products aligned at E - 15 with significands 1.75-1.875 squared: 0.77-0.88 of 2^(E-13).
                 let (ea, eb) = ((e - 15).div_euclid(2), e - 15 - (e - 15).div_euclid(2));
                 for j in i0 + 1..(i0 + FP8.k_inst).min(k) {
-                    let sig = |g: &mut XorShift| if g.next_u64() % 2 == 0 { 1.75 } else { 1.875 };
+                    let sig = |g: &mut XorShift| if g.next_u64() & 1 == 0 { 1.75 } else { 1.875 };
                     let (x, y) = (sig(&mut g) * 2f64.powi(ea), sig(&mut g) * 2f64.powi(eb));
                     (a[j], b[j]) = (if neg { -x } else { x }, y);
                     c += a[j] * y;
