@@ -565,11 +565,12 @@ fn row_slice(p: ArrayView2<'_, f64>, i: usize) -> &'_ [f64] {
 ///
 /// Every term is linear, so the same holds summed over the blocks with R, Δ and ΣM of the whole K. Any
 /// faithful kernel's fed magnitudes are at most `t` ([`BoundOperand`]), so ΣM ≤ Mt = Σ_slices
-/// max(t_a)·max(t_b), a GEMM with inner dimension K/k_inst ([`Self::chunk_max`]), and ΣM ≤ s = Σ t_a·t_b
-/// (the smaller is taken; where no block chains two instructions, R ≤ s as well); the X terms are
-/// [`TcExtra`] (its factor `instructions·α·ρ(1+γ)` covers both kernels' X). The f32 promotions (scale product, FMA, or a split-K
-/// sum) add `promotion·Σ s·|S_block| ≤ promotion·Σ|p|`. Hence, with (s − s0) the operands' part:
-/// a-priori `T(Δ = 2(s − s0)) + promotion·s`; deviation `T_e + T(Δ = |ops|) + 2·promotion·s1`.
+/// max(t_a)·max(t_b), a product with inner dimension K/k_inst ([`Self::chunk_max`]), and ΣM ≤ s =
+/// Σ t_a·t_b (the smaller is taken; where no block chains two instructions, R ≤ s as well). The X terms
+/// are [`TcExtra`]'s, its factor `instructions·α·ρ(1+γ)` covering both kernels'. The f32 promotions
+/// (scale product, FMA, or a split-K sum) add `promotion·Σ s·|S_block| ≤ promotion·Σ|p|`. Hence, with
+/// s − s0 the operands' part (each kernel's products within it of the exact ones, so Δ ≤ 2(s − s0)):
+/// a-priori `T(Δ = 2(s − s0)) + promotion·s`; deviation `T_e + T(Δ = ops) + 2·promotion·s1`.
 #[derive(Clone, Copy, Debug)]
 struct Truncation {
     k_inst: usize,
