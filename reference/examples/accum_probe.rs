@@ -2,11 +2,12 @@
 //!
 //! `cargo run --release -p moe-reference --example accum_probe [M N K] [model ...]`
 //! (default 1024 1536 2048, every model). Operands are seeded pseudo-random bf16 values (E4M3 values with
-//! 1x128 / 128-row scales for the FP8 models). Prints seconds, G multiply-adds per second of wall time, and per CPU-second (steadier under load).
+//! 1x128 / 128-row scales for the FP8 models); a name ending in `+mag` also writes the instructions'
+//! magnitudes (`accum::gemm_nt_mag_into`, what the emulator's FP8 bound reads). Prints seconds, G multiply-adds per second of wall time, and per CPU-second (steadier under load).
 
 use std::time::Instant;
 
-use moe_reference::accum::{gemm_nt, Model};
+use moe_reference::accum::{gemm_nt_into, gemm_nt_mag_into, Model};
 use moe_reference::formats::{quantize, Format, Overflow};
 use ndarray::Array2;
 
@@ -42,18 +43,21 @@ fn main() {
     let sb = Array2::from_elem((n, nb), 0.05f32 as f64 / 448.0f32 as f64);
     println!("M={m} N={n} K={k}, {} threads", rayon::current_num_threads());
     for name in names {
-        let model = Model::parse(name).unwrap_or_else(|e| panic!("{e}"));
-        let fp8 = name.starts_with("hopper-fp8");
+        let (base, mag) = name.strip_suffix("+mag").map_or((name, false), |b| (b, true));
+        let model = Model::parse(base).unwrap_or_else(|e| panic!("{e}"));
+        let fp8 = base.starts_with("hopper-fp8");
+        let (a, b, scales) = if fp8 { (a8.view(), b8.view(), Some((sa.view(), sb.view(), 128))) } else { (a16.view(), b16.view(), None) };
+        // Outputs allocated and touched before the clock starts (fresh memory is not the model's time).
+        let (mut c, mut g) = (Array2::from_elem((m, n), 1.0), Array2::<f64>::from_elem((m, n), 1.0));
         let (t, cpu) = (Instant::now(), cpu_seconds());
-        let c = if fp8 {
-            gemm_nt(&model, a8.view(), b8.view(), Some((sa.view(), sb.view(), 128)))
-        } else {
-            gemm_nt(&model, a16.view(), b16.view(), None)
-        };
+        match (mag, model) {
+            (true, Model::TensorCore(tc)) => gemm_nt_mag_into(&tc, a, b, scales, c.view_mut(), g.view_mut()),
+            _ => gemm_nt_into(&model, a, b, scales, c.view_mut()),
+        }
         let s = t.elapsed().as_secs_f64();
         let cpu = cpu_seconds() - cpu;
         let checksum: f64 = c.iter().sum();
-        let g = (m * n * k) as f64 / 1e9;
-        println!("{name:16} {s:8.3} s  {:7.2} G MAC/s wall  {:7.2} G MAC per CPU-second  (checksum {checksum:.6e})", g / s, g / cpu);
+        let gmac = (m * n * k) as f64 / 1e9;
+        println!("{name:16} {s:8.3} s  {:7.2} G MAC/s wall  {:7.2} G MAC per CPU-second  (checksum {checksum:.6e})", gmac / s, gmac / cpu);
     }
 }

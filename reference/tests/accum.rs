@@ -2,7 +2,7 @@
 //! `shared/docs/numerics.md`, written in the comment next to it), and the fast GEMM against the
 //! big-integer definition (`accum::slow`) on random data.
 
-use moe_reference::accum::{dot, gemm_nt, slow, tensor_core, Model, TensorCore};
+use moe_reference::accum::{dot, gemm_nt, gemm_nt_mag_into, slow, tensor_core, Model, TensorCore};
 use moe_reference::formats::{quantize, Format, Overflow};
 use ndarray::Array2;
 use proptest::prelude::*;
@@ -242,23 +242,32 @@ fn matrix(seed: u64, rows: usize, k: usize, fmt: Format, lo: i32, hi: i32, zeros
     })
 }
 
+/// The fast GEMM (both builds, with and without the instruction magnitudes of `gemm_nt_mag_into`)
+/// against the definition, entry by entry and bit for bit.
 fn check_against_definition(model: &Model, a: &Array2<f64>, b: &Array2<f64>, scales: Option<(&Array2<f64>, &Array2<f64>, usize)>) {
     let Model::TensorCore(t) = model else { unreachable!() };
-    let fast = gemm_nt(model, a.view(), b.view(), scales.map(|(x, y, kb)| (x.view(), y.view(), kb)));
+    let sv = scales.map(|(x, y, kb)| (x.view(), y.view(), kb));
+    let fast = gemm_nt(model, a.view(), b.view(), sv);
     // The kernel's build for CPUs without AVX-512, which this machine would otherwise not run.
-    let portable = tensor_core::gemm_nt_portable(t, a.view(), b.view(), scales.map(|(x, y, kb)| (x.view(), y.view(), kb)));
+    let portable = tensor_core::gemm_nt_portable(t, a.view(), b.view(), sv);
+    let (mut fast_m, mut fast_mag) = (Array2::zeros(fast.dim()), Array2::<f64>::zeros(fast.dim()));
+    gemm_nt_mag_into(t, a.view(), b.view(), sv, fast_m.view_mut(), fast_mag.view_mut());
+    let (portable_m, portable_mag) = tensor_core::gemm_nt_mag_portable(t, a.view(), b.view(), sv);
+    let same = |x: f64, y: f64| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan());
     for i in 0..a.nrows() {
         for j in 0..b.nrows() {
             let ar = a.row(i).to_vec();
             let br = b.row(j).to_vec();
-            let want = match scales {
-                None => slow::dot(t, &ar, &br, None),
-                Some((sa, sb, kb)) => slow::dot(t, &ar, &br, Some((&sa.row(i).to_vec(), &sb.row(j).to_vec(), kb))),
+            let (want, want_mag) = match scales {
+                None => slow::dot_magnitudes(t, &ar, &br, None),
+                Some((sa, sb, kb)) => slow::dot_magnitudes(t, &ar, &br, Some((&sa.row(i).to_vec(), &sb.row(j).to_vec(), kb))),
             };
-            let got = fast[[i, j]];
-            let got2 = portable[[i, j]];
-            assert!(want.to_bits() == got2.to_bits() || (want.is_nan() && got2.is_nan()), "({i},{j}): portable {got2:e} slow {want:e}");
-            assert!(want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()), "({i},{j}): fast {got:e} slow {want:e}");
+            for (what, got, mag) in [("fast", fast[[i, j]], None), ("portable", portable[[i, j]], None), ("fast+mag", fast_m[[i, j]], Some(fast_mag[[i, j]])), ("portable+mag", portable_m[[i, j]], Some(portable_mag[[i, j]]))] {
+                assert!(same(want, got), "({i},{j}): {what} {got:e} slow {want:e}");
+                if let Some(mag) = mag {
+                    assert!(same(want_mag, mag), "({i},{j}): {what} magnitudes {mag:e} slow {want_mag:e}");
+                }
+            }
         }
     }
 }

@@ -146,6 +146,46 @@ pub fn gemm_nt_into(model: &Model, a: ArrayView2<f64>, b: ArrayView2<f64>, scale
     }
 }
 
+/// [`gemm_nt_into`] for a tensor-core model, and `mag[m, n]` = Σ over the instructions of entry (m, n)'s
+/// chain of |their result| (C after each instruction), each K block's sum times its `sa·sb` when `scales`
+/// are given: what the truncation bound of [`crate::emulate::stage`] is made of. Every |result| is exact
+/// in f64; the sums and products are f64 operations in instruction order (within a relative
+/// `(instructions + 2·blocks)·2^-53` of the real value), written as `B` rounded up. The values are
+/// [`gemm_nt_into`]'s bit for bit.
+pub fn gemm_nt_mag_into<B: BoundElem>(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, c: ArrayViewMut2<f64>, mag: ArrayViewMut2<B>) {
+    check_shapes(a, b, scales);
+    tensor_core::gemm_nt_mag_into(t, a, b, scales, c, mag)
+}
+
+/// How a caller keeps an upper bound: f64, or f32 rounded up (sound, and half the memory).
+pub trait BoundElem: Copy + Send + Sync {
+    /// `x` (≥ 0 or NaN), rounded up to this type.
+    fn from_bound(x: f64) -> Self;
+    fn to_f64(self) -> f64;
+}
+
+impl BoundElem for f64 {
+    #[inline(always)]
+    fn from_bound(x: f64) -> f64 {
+        x
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+impl BoundElem for f32 {
+    #[inline(always)]
+    fn from_bound(x: f64) -> f32 {
+        crate::emulate::up32(x)
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+}
+
 fn check_shapes(a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) {
     assert_eq!(a.ncols(), b.ncols(), "contraction lengths differ");
     if let Some((sa, sb, kb)) = scales {

@@ -115,12 +115,14 @@ fn instruction(t: &TensorCore, c: f32, a: &[f64], b: &[f64]) -> f32 {
 }
 
 /// The tensor-core chain over `a`, `b` from C = 0, instructions of `k_inst` (the last one shorter, i.e.
-/// zero padded), with promotion every `promote_every` into an IEEE f32 sum.
-fn chain(t: &TensorCore, a: &[f64], b: &[f64]) -> f32 {
-    let run = |a: &[f64], b: &[f64]| {
+/// zero padded), with promotion every `promote_every` into an IEEE f32 sum; every instruction's |result|
+/// is added to `mag` (in f64, in instruction order).
+fn chain(t: &TensorCore, a: &[f64], b: &[f64], mag: &mut f64) -> f32 {
+    let mut run = |a: &[f64], b: &[f64]| {
         let mut c = 0.0f32;
         for (ca, cb) in a.chunks(t.k_inst).zip(b.chunks(t.k_inst)) {
             c = instruction(t, c, ca, cb);
+            *mag += f64::from(c.abs());
         }
         c
     };
@@ -140,16 +142,25 @@ fn chain(t: &TensorCore, a: &[f64], b: &[f64]) -> f32 {
 /// One dot product under the tensor-core model; with `scales = (sa, sb, kb)` each K block of `kb` is
 /// chained from zero and promoted DeepGEMM's way, `final = fma(fl32(sa·sb), partial, final)`.
 pub fn dot(t: &TensorCore, a: &[f64], b: &[f64], scales: Option<(&[f64], &[f64], usize)>) -> f64 {
+    dot_magnitudes(t, a, b, scales).0
+}
+
+/// [`dot`] and the sum over its instructions of |their result| (with scales, each K block's sum times
+/// `sa·sb`, in f64): what [`super::gemm_nt_mag_into`] computes.
+pub fn dot_magnitudes(t: &TensorCore, a: &[f64], b: &[f64], scales: Option<(&[f64], &[f64], usize)>) -> (f64, f64) {
     assert_eq!(a.len(), b.len(), "lengths differ");
+    let mut mag = 0.0f64;
     let v = match scales {
-        None => chain(t, a, b),
+        None => chain(t, a, b, &mut mag),
         Some((sa, sb, kb)) => {
             let mut fin = 0.0f32;
             for (i, (ba, bb)) in a.chunks(kb).zip(b.chunks(kb)).enumerate() {
-                fin = promote_scaled(fin, sa[i], sb[i], chain(t, ba, bb));
+                let mut block = 0.0f64;
+                fin = promote_scaled(fin, sa[i], sb[i], chain(t, ba, bb, &mut block));
+                mag += sa[i] * sb[i] * block;
             }
             fin
         }
     };
-    f64::from(v)
+    (f64::from(v), mag)
 }

@@ -19,7 +19,7 @@
 use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis};
 use rayon::prelude::*;
 
-use super::{promote_scaled, slow, Scales, TensorCore};
+use super::{promote_scaled, slow, BoundElem, Scales, TensorCore};
 use crate::formats::Format;
 
 /// Output columns per panel (lanes).
@@ -137,6 +137,19 @@ impl Acc {
     }
 }
 
+/// `mag += |C|`, lane by lane: C's exact value (a significand below 2^24 times a power of two) added in
+/// f64. A lane that overflowed holds no value here: the chain's end makes its sum infinite
+/// ([`panel_rows`]).
+#[inline(always)]
+fn add_magnitudes(acc: &Acc, mag: &mut [f64; NR]) {
+    for (l, g) in mag.iter_mut().enumerate() {
+        let m = acc.mc[l] as i32;
+        // A zero C has ec = ZERO_EXP: any scale of a zero significand is zero.
+        let e = (acc.ec[l] - 23).max(-1022);
+        *g += f64::from(m).abs() * f64::from_bits(((e + 1023) as u64) << 52);
+    }
+}
+
 /// `x = a + b` and `emax = max(emax, x)`, lane by lane. Written with AVX2 intrinsics where the build has
 /// them (the crate's baseline does): as plain loops, the compiler vectorised the caller's loop over the
 /// instruction's k instead of over the lanes, with a gather and a scatter per k, which took most of the
@@ -233,10 +246,11 @@ fn instruction(t: &TensorCore, acc: &mut Acc, x: &mut [[i32; NR]; KMAX], ea: &[i
 /// block's instructions.
 type Scratch = [[i32; NR]; KMAX];
 
-/// Instructions over `s0..s1`, chained from C = 0.
+/// Instructions over `s0..s1`, chained from C = 0; with `MAG`, every instruction's |result| is added to
+/// `mag`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn run(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, s0: usize, s1: usize, x: &mut Scratch) -> [f32; NR] {
+fn run<const MAG: bool>(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, s0: usize, s1: usize, x: &mut Scratch, mag: &mut [f64; NR]) -> [f32; NR] {
     let k = bp.k;
     let (ar, br) = (row * k, panel * k);
     let mut acc = Acc::zero();
@@ -244,23 +258,27 @@ fn run(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, s0: u
     while i0 < s1 {
         let i1 = (i0 + t.k_inst).min(s1);
         instruction(t, &mut acc, x, &a.e[ar + i0..ar + i1], &a.m[ar + i0..ar + i1], &bp.e[br + i0..br + i1], &bp.m[br + i0..br + i1]);
+        if MAG {
+            add_magnitudes(&acc, mag);
+        }
         i0 = i1;
     }
     acc.to_f32()
 }
 
-/// The chain over K range `k0..k1` from C = 0 (promotion every `promote_every` into IEEE f32 adds).
+/// The chain over K range `k0..k1` from C = 0 (promotion every `promote_every` into IEEE f32 adds); with
+/// `MAG`, the instructions' |results| added to `mag`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn chain(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, k0: usize, k1: usize, x: &mut Scratch) -> [f32; NR] {
+fn chain<const MAG: bool>(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, k0: usize, k1: usize, x: &mut Scratch, mag: &mut [f64; NR]) -> [f32; NR] {
     match t.promote_every {
-        None => run(t, a, row, bp, panel, k0, k1, x),
+        None => run::<MAG>(t, a, row, bp, panel, k0, k1, x, mag),
         Some(p) => {
             let mut fin = [0.0f32; NR];
             let mut s0 = k0;
             while s0 < k1 {
                 let s1 = (s0 + p).min(k1);
-                let part = run(t, a, row, bp, panel, s0, s1, x);
+                let part = run::<MAG>(t, a, row, bp, panel, s0, s1, x, mag);
                 for l in 0..NR {
                     fin[l] += part[l];
                 }
@@ -281,7 +299,13 @@ fn fast_path_fits(t: &TensorCore) -> Option<u32> {
 }
 
 pub(super) fn gemm_nt_into(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, c: ArrayViewMut2<f64>) {
-    gemm_nt_lanes(t, a, b, scales, wide_lanes_available(), c)
+    gemm_nt_lanes::<false, f64>(t, a, b, scales, wide_lanes_available(), c, None)
+}
+
+/// [`gemm_nt_into`], and `mag[m, n]` = Σ over the instructions of entry (m, n)'s chain of |their result|,
+/// each times its K block's `sa·sb` with scales ([`super::gemm_nt_mag_into`]).
+pub(super) fn gemm_nt_mag_into<B: BoundElem>(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, c: ArrayViewMut2<f64>, mag: ArrayViewMut2<B>) {
+    gemm_nt_lanes::<true, B>(t, a, b, scales, wide_lanes_available(), c, Some(mag))
 }
 
 /// [`super::gemm_nt`] for a tensor-core model without the AVX-512 build of the kernel (the path other
@@ -289,15 +313,29 @@ pub(super) fn gemm_nt_into(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64
 #[doc(hidden)]
 pub fn gemm_nt_portable(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> Array2<f64> {
     let mut c = Array2::<f64>::zeros((a.nrows(), b.nrows()));
-    gemm_nt_lanes(t, a, b, scales, false, c.view_mut());
+    gemm_nt_lanes::<false, f64>(t, a, b, scales, false, c.view_mut(), None);
     c
 }
 
-/// Writes every entry of `c` ([M, N]); the caller's array is the result, so no M×N temporary is made
-/// (the emulator's weight gradients are 3M entries per expert).
-fn gemm_nt_lanes(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, wide: bool, mut c: ArrayViewMut2<f64>) {
+/// [`gemm_nt_portable`] with the magnitudes of [`gemm_nt_mag_into`]: `(values, magnitudes)`.
+#[doc(hidden)]
+pub fn gemm_nt_mag_portable(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> (Array2<f64>, Array2<f64>) {
+    let mut c = Array2::<f64>::zeros((a.nrows(), b.nrows()));
+    let mut mag = Array2::<f64>::zeros((a.nrows(), b.nrows()));
+    gemm_nt_lanes::<true, f64>(t, a, b, scales, false, c.view_mut(), Some(mag.view_mut()));
+    (c, mag)
+}
+
+/// Writes every entry of `c` ([M, N]) and, with `MAG`, of `mag`; the caller's arrays are the results, so
+/// no M×N temporary is made (the emulator's weight gradients are 3M entries per expert).
+#[allow(clippy::too_many_arguments)]
+fn gemm_nt_lanes<const MAG: bool, B: BoundElem>(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, wide: bool, mut c: ArrayViewMut2<f64>, mut mag: Option<ArrayViewMut2<B>>) {
     let (m, n) = (a.nrows(), b.nrows());
     assert_eq!(c.dim(), (m, n), "output shape");
+    assert_eq!(MAG, mag.is_some(), "magnitudes asked for and given alike");
+    if let Some(g) = &mag {
+        assert_eq!(g.dim(), (m, n), "magnitudes' shape");
+    }
     if m == 0 || n == 0 {
         return;
     }
@@ -307,20 +345,28 @@ fn gemm_nt_lanes(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales:
         Some((da, bp))
     });
     let Some((da, bp)) = fast else {
-        return c.assign(&slow_gemm(t, a, b, scales));
+        let (v, g) = slow_gemm(t, a, b, scales);
+        if let Some(mag) = &mut mag {
+            mag.zip_mut_with(&g, |o, &x| *o = B::from_bound(x));
+        }
+        return c.assign(&v);
     };
     // Panel by panel, every row of A against one panel of B (k x 16 lanes, 256 KiB at K = 2048) while it
     // is in cache: row by row over all of B streamed the whole of B from memory once per row of A. Each
-    // panel writes its own NR columns of `c`.
-    c.axis_chunks_iter_mut(Axis(1), NR).into_par_iter().enumerate().for_each(|(p, mut cols)| {
+    // panel writes its own NR columns of `c` (and of `mag`).
+    let mag_cols: Vec<Option<ArrayViewMut2<B>>> = match mag.as_mut() {
+        Some(g) => g.axis_chunks_iter_mut(Axis(1), NR).map(Some).collect(),
+        None => (0..n.div_ceil(NR)).map(|_| None).collect(),
+    };
+    c.axis_chunks_iter_mut(Axis(1), NR).into_par_iter().zip(mag_cols).enumerate().for_each(|(p, (mut cols, mut g))| {
         if wide {
             // SAFETY: the CPU has the features `panel_wide` is compiled for (checked at run time).
             #[cfg(target_arch = "x86_64")]
             unsafe {
-                panel_wide(t, &da, m, &bp, p, n, scales, &mut cols)
+                panel_wide::<MAG, B>(t, &da, m, &bp, p, n, scales, &mut cols, g.as_mut())
             }
         } else {
-            panel_rows(t, &da, m, &bp, p, n, scales, &mut cols)
+            panel_rows::<MAG, B>(t, &da, m, &bp, p, n, scales, &mut cols, g.as_mut())
         }
     });
 }
@@ -346,27 +392,41 @@ fn wide_lanes_available() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx512cd")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn panel_wide(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut ArrayViewMut2<f64>) {
-    panel_rows(t, a, m, bp, p, n, scales, out)
+unsafe fn panel_wide<const MAG: bool, B: BoundElem>(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut ArrayViewMut2<f64>, mag: Option<&mut ArrayViewMut2<B>>) {
+    panel_rows::<MAG, B>(t, a, m, bp, p, n, scales, out, mag)
 }
 
-/// Panel `p` (output columns `p·NR ..`) for every row of A: `out[[i, l]]`.
+/// Panel `p` (output columns `p·NR ..`) for every row of A: `out[[i, l]]`, and with `MAG` `mag[[i, l]]`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn panel_rows(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut ArrayViewMut2<f64>) {
+fn panel_rows<const MAG: bool, B: BoundElem>(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut ArrayViewMut2<f64>, mut mag: Option<&mut ArrayViewMut2<B>>) {
     let k = bp.k;
     let mut x: Scratch = [[0i32; NR]; KMAX];
     for i in 0..m {
+        let mut total = [0.0f64; NR];
         let lanes = match scales {
-            None => chain(t, a, i, bp, p, 0, k, &mut x),
+            None => {
+                let v = chain::<MAG>(t, a, i, bp, p, 0, k, &mut x, &mut total);
+                if MAG {
+                    overflowed_to_infinity(&v, &mut total);
+                }
+                v
+            }
             Some((sa, sb, kb)) => {
                 let mut fin = [0.0f32; NR];
                 for (blk, k0) in (0..k).step_by(kb).enumerate() {
-                    let part = chain(t, a, i, bp, p, k0, (k0 + kb).min(k), &mut x);
+                    let mut block = [0.0f64; NR];
+                    let part = chain::<MAG>(t, a, i, bp, p, k0, (k0 + kb).min(k), &mut x, &mut block);
+                    if MAG {
+                        overflowed_to_infinity(&part, &mut block);
+                    }
                     for l in 0..NR {
                         let j = p * NR + l;
                         if j < n {
                             fin[l] = promote_scaled(fin[l], sa[[i, blk]], sb[[j, blk]], part[l]);
+                            if MAG {
+                                total[l] += sa[[i, blk]] * sb[[j, blk]] * block[l];
+                            }
                         }
                     }
                 }
@@ -376,25 +436,42 @@ fn panel_rows(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: u
         for (o, &v) in out.row_mut(i).iter_mut().zip(&lanes) {
             *o = f64::from(v);
         }
+        if let Some(g) = mag.as_deref_mut() {
+            for (o, &v) in g.row_mut(i).iter_mut().zip(&total) {
+                *o = B::from_bound(v);
+            }
+        }
     }
 }
 
-/// Entry by entry through the definition: for operands off the declared formats' grids.
-fn slow_gemm(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> Array2<f64> {
+/// An infinite magnitude sum for every lane whose chain overflowed (its result is infinite).
+#[inline(always)]
+fn overflowed_to_infinity(v: &[f32; NR], mag: &mut [f64; NR]) {
+    for (g, x) in mag.iter_mut().zip(v) {
+        if x.is_infinite() {
+            *g = f64::INFINITY;
+        }
+    }
+}
+
+/// Entry by entry through the definition: for operands off the declared formats' grids. Values and the
+/// magnitudes of [`gemm_nt_mag_into`].
+fn slow_gemm(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> (Array2<f64>, Array2<f64>) {
     let (m, n) = (a.nrows(), b.nrows());
     let mut c = Array2::<f64>::zeros((m, n));
-    c.as_slice_mut().expect("fresh array").par_chunks_mut(n).enumerate().for_each(|(i, out)| {
+    let mut g = Array2::<f64>::zeros((m, n));
+    c.as_slice_mut().expect("fresh array").par_chunks_mut(n).zip(g.as_slice_mut().expect("fresh array").par_chunks_mut(n)).enumerate().for_each(|(i, (out, mag))| {
         let ar = a.row(i).to_vec();
-        for (j, o) in out.iter_mut().enumerate() {
+        for (j, (o, g)) in out.iter_mut().zip(mag.iter_mut()).enumerate() {
             let br = b.row(j).to_vec();
-            *o = match scales {
-                None => slow::dot(t, &ar, &br, None),
+            (*o, *g) = match scales {
+                None => slow::dot_magnitudes(t, &ar, &br, None),
                 Some((sa, sb, kb)) => {
                     let (sa, sb) = (sa.row(i).to_vec(), sb.row(j).to_vec());
-                    slow::dot(t, &ar, &br, Some((&sa, &sb, kb)))
+                    slow::dot_magnitudes(t, &ar, &br, Some((&sa, &sb, kb)))
                 }
             };
         }
     });
-    c
+    (c, g)
 }

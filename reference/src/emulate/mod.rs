@@ -289,18 +289,21 @@ fn routing_backward_magnitude(cfg: &crate::config::Routing, routed: &route::Rout
         let ids: Vec<usize> = routed.topk_ids.row(t).iter().map(|&i| i as usize).collect();
         let dq: Vec<f64> = (0..k).map(|j| cfg.scaling.abs() * g[[t, j]]).collect();
         let v: Vec<f64> = ids.iter().map(|&i| s[i]).collect();
-        let dv: Vec<f64> = if cfg.normalize_topk {
+        // DV, and DV_j·v_j (= (|dq_j| + Σ q·|dq|)·(v_j/S) when renormalised: with v_j/S formed first, a
+        // tiny score sum S cannot overflow DV to infinity and make inf·0 = NaN downstream).
+        let (dv, dv_v): (Vec<f64>, Vec<f64>) = if cfg.normalize_topk {
             let total: f64 = v.iter().sum();
             let inner: f64 = (0..k).map(|j| v[j] / total * dq[j]).sum();
-            (0..k).map(|i| (dq[i] + inner) / total).collect()
+            ((0..k).map(|i| (dq[i] + inner) / total).collect(), (0..k).map(|i| (dq[i] + inner) * (v[i] / total)).collect())
         } else {
-            dq
+            let dv_v = (0..k).map(|i| dq[i] * v[i]).collect();
+            (dq, dv_v)
         };
         let mut row = out.row_mut(t);
         match cfg.score {
             crate::config::Score::Sigmoid => {
                 for (j, &i) in ids.iter().enumerate() {
-                    row[i] = dv[j] * s[i] * crate::act::sigmoid(-logits[[t, i]]);
+                    row[i] = dv_v[j] * crate::act::sigmoid(-logits[[t, i]]);
                 }
             }
             crate::config::Score::Softmax => {

@@ -9,6 +9,9 @@
 //! `|Σ â·b̂ − Σ a·b| ≤ Σ (m_a + E_a)(m_b + E_b) − Σ m_a·m_b`       (operands)
 //! `|acc − Σ â·b̂| ≤ κ(model, K)·Σ (m_a + E_a)(m_b + E_b)`       (accumulation, [`accumulation_coefficient`])
 //!
+//! except for blockwise FP8 (a promoting tensor-core model fed codes), whose truncation is bounded
+//! instruction by instruction from the model's own magnitudes ([`Truncation`]).
+//!
 //! and storing the f32 accumulator as bf16 adds `u_s·(|acc| + …) + η_s`. The two sums are two plain f64
 //! GEMMs of non-negative matrices, made upper bounds by their own error factor.
 
@@ -54,6 +57,7 @@ fn gamma(n: usize) -> f64 {
 ///   times the running magnitude per instruction. With promotion every `P`, a block's partial carries
 ///   `⌈P/k_inst⌉` instructions' worth, and the f32 scale product, multiply and add of each of the
 ///   `⌈K/P⌉` promotions add `2^-24` each. A final factor `(1 + κ)` covers errors feeding later magnitudes.
+///   (A GEMM stage fed blockwise-FP8 codes uses the much tighter per-instruction [`Truncation`] instead.)
 pub fn accumulation_coefficient(model: &Model, k: usize) -> f64 {
     let first = match model {
         Model::Exact => U32,
@@ -200,24 +204,7 @@ pub fn gemm_stage_with(
     GemmOut { out: Tracked { v, b: bound }, dev, qa, qb }
 }
 
-/// How a caller keeps bounds and deviations: f64, or f32 rounded up (sound, and half the memory).
-pub trait BoundElem: Copy + Send + Sync {
-    fn from_bound(x: f64) -> Self;
-}
-
-impl BoundElem for f64 {
-    #[inline(always)]
-    fn from_bound(x: f64) -> f64 {
-        x
-    }
-}
-
-impl BoundElem for f32 {
-    #[inline(always)]
-    fn from_bound(x: f64) -> f32 {
-        super::up32(x)
-    }
-}
+pub use crate::accum::BoundElem;
 
 /// Where [`gemm_stage_into`] writes, each `[M, N]`: the stored values, their bounds, and (written only
 /// when the stage has input deviations) the deviation bounds.
@@ -351,13 +338,23 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
         Model::TensorCore(tc) => Model::TensorCore(TensorCore { operands: (fmt_a, fmt_b), ..tc }),
         m => m,
     };
+    // A promoting tensor-core GEMM fed codes is bounded instruction by instruction ([`Truncation`]): the
+    // model then also writes each entry's Σ|instruction results| into the bounds, read back below.
+    let fine = match (model, plan.promotes(), &qa, &qb) {
+        (Model::TensorCore(tc), Some(kb), Some(_), Some(_)) => Truncation::new(&tc, kb, k),
+        _ => None,
+    };
     match plan.promotes() {
         Some(kb) => {
             let nkb = k.div_ceil(kb);
             let ones = |rows| Array2::from_elem((rows, nkb), 1.0);
             let (fa, sa) = match &qa { Some(q) => (q.q.view(), row_scales(q, a.nrows())), None => (a, ones(a.nrows())) };
             let (fb, sb) = match &qb { Some(q) => (q.q.view(), row_scales(q, b.nrows())), None => (b, ones(b.nrows())) };
-            accum::gemm_nt_into(&model, fa, fb, Some((sa.view(), sb.view(), kb)), raw.view_mut())
+            let scales = Some((sa.view(), sb.view(), kb));
+            match (&model, &fine) {
+                (Model::TensorCore(tc), Some(f)) if f.chained() => accum::gemm_nt_mag_into(tc, fa, fb, scales, raw.view_mut(), bound.view_mut()),
+                _ => accum::gemm_nt_into(&model, fa, fb, scales, raw.view_mut()),
+            }
         }
         None => {
             let da = qa.as_ref().map(|q| q.dequantize());
@@ -389,11 +386,30 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
     let slot_d1 = matches!(mode, DevMode::Orders | DevMode::Full).then(|| products.add(oa.f1(), ob.f1()));
     let slot_d0 = (mode == DevMode::Full).then(|| products.add(oa.f(), ob.f()));
     let (up, down) = (abs_factor(k, false), abs_factor(k, true));
-    let kappa = accumulation_coefficient(&plan.model, k) + ORACLE_SLACK;
+    // With the per-instruction bound, the coefficient of Σ|products| keeps only the promotions' f32 roundings.
+    let coefficient = fine.as_ref().map_or_else(|| accumulation_coefficient(&plan.model, k), |f| f.promotion);
+    let kappa = coefficient + ORACLE_SLACK;
     let under = underflow_term(k);
-    let orders = if plan.same_schedule { 0.0 } else { 2.0 * accumulation_coefficient(&plan.model, k) };
+    let orders = if plan.same_schedule { 0.0 } else { 2.0 * coefficient };
+    // Per-instruction maxima of the fed magnitudes' bounds, and their product (a GEMM over the instructions).
+    let chunk_max = fine.as_ref().map(|f| (f.chunk_max(oa.t().v), f.chunk_max(ob.t().v)));
+    // Few instructions (weight gradients over few rows): the product row by row below, B's maxima
+    // transposed, instead of a GEMM whose output tile would cost more than its few multiply-adds.
+    let inline_mt = fine.as_ref().is_some_and(|f| f.instructions <= INLINE_MT);
+    let cb_t = chunk_max.as_ref().filter(|_| inline_mt).map(|(_, cb)| cb.t().as_standard_layout().into_owned());
+    let slot_mt = chunk_max.as_ref().filter(|_| !inline_mt).map(|(ca, cb)| products.add(Operand { id: 4, v: ca.view() }, Operand { id: 4, v: cb.view() }));
     let tc_extra = match model {
-        Model::TensorCore(tc) => Some(TcExtra::new(&tc, k, kappa, fmt_a, fmt_b, (oa.t().v, ob.t().v), fed_as_codes, (&qa, &qb))),
+        Model::TensorCore(tc) => {
+            let (amax, bmax) = match &chunk_max {
+                Some((ca, cb)) => (row_max(ca.view()), row_max(cb.view())),
+                None => (row_max(oa.t().v), row_max(ob.t().v)),
+            };
+            let per = match &fine {
+                Some(f) => f.instructions as f64 * f.alpha * f.rho * (1.0 + f.gamma),
+                None => k.div_ceil(tc.k_inst) as f64 * (tc.k_inst as f64 + 1.0) * 2f64.powi(-(tc.n_bits as i32)) * (1.0 + 2.0 * kappa),
+            };
+            Some(TcExtra::new(per, fmt_a, fmt_b, (amax, bmax), fed_as_codes, (&qa, &qb)))
+        }
         _ => None,
     };
     let (u, eta) = (st.unit_roundoff(), st.underflow());
@@ -405,32 +421,90 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
     assert!(dev.as_ref().is_none_or(|d| contiguous(d.strides())), "output rows contiguous");
     let dev_extra = mode != DevMode::None && !plan.same_schedule;
     let (mut pre, mut dp) = (vec![0.0; n], vec![0.0; n]);
+    let (mt_up, mag_up) = fine.as_ref().map_or((1.0, 1.0), |f| (abs_factor(f.instructions, false), f.magnitude_factor));
+    let mut mt_buf = vec![0.0; if inline_mt { n } else { 0 }];
+    // Per row of the per-instruction bound: R, Mt (as used) and the emulator's own truncation T_e.
+    let (mut r_row, mut mt_keep, mut own_row) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
     for rows in row_tiles(m, n) {
         products.compute(rows.clone());
         let (ps, ps0) = (products.tile(slot_s), products.tile(slot_s0));
         let pd1 = slot_d1.map(|s| products.tile(s));
         let pd0 = slot_d0.map(|s| products.tile(s));
+        let pmt = slot_mt.map(|s| products.tile(s));
         for (ti, i) in rows.enumerate() {
-            for ((p, &s), &s0) in pre.iter_mut().zip(row_slice(ps, ti)).zip(row_slice(ps0, ti)) {
-                let (s, s0) = (s * up, s0 * down);
-                *p = (s - s0).max(0.0) + kappa * s + under;
-            }
-            match (&pd1, &pd0) {
-                (Some(p1), Some(p0)) => {
-                    for ((d, &s1), &s0) in dp.iter_mut().zip(row_slice(*p1, ti)).zip(row_slice(*p0, ti)) {
-                        let s1 = s1 * up;
-                        let ops = (s1 - s0 * down).max(0.0);
-                        *d = ops + orders * s1 + 2.0 * under;
+            if let (Some(f), Some((ca, _))) = (&fine, &chunk_max) {
+                // One pass: the operands' part, the promotions, and the truncations of the emulator and
+                // of any kernel ([`Truncation`]), from R (what the model wrote into this row of the
+                // bounds; Σ|products| where every block is one instruction) and Mt (at most s, too).
+                let mags = bound.row(i);
+                let mt_row = match (&pmt, &cb_t) {
+                    (Some(pmt), _) => row_slice(*pmt, ti),
+                    (None, Some(cb_t)) => {
+                        mt_buf.fill(0.0);
+                        let cb_rows = cb_t.as_slice().expect("standard layout").chunks_exact(n.max(1));
+                        for (&x, cb) in ca.row(i).iter().zip(cb_rows) {
+                            for (o, &y) in mt_buf.iter_mut().zip(cb) {
+                                *o += x * y;
+                            }
+                        }
+                        &mt_buf[..]
                     }
+                    _ => unreachable!("Mt is a product or computed here"),
+                };
+                let (s_row, s0_row) = (row_slice(ps, ti), row_slice(ps0, ti));
+                // Branch-free loops over the row (each vectorises): R, then the bound (keeping Mt and
+                // T_e for the deviation), then the deviation in the stage's mode.
+                match mags.as_slice().filter(|_| f.chained()) {
+                    Some(mags) => r_row.iter_mut().zip(mags).for_each(|(r, &g)| *r = g.to_f64() * mag_up),
+                    None => r_row.iter_mut().zip(s_row).for_each(|(r, &s)| *r = s * up),
                 }
-                (Some(p1), None) => {
-                    for (d, &s1) in dp.iter_mut().zip(row_slice(*p1, ti)) {
-                        let s1 = s1 * up;
-                        let ops = 0.0;
-                        *d = ops + orders * s1 + 2.0 * under;
+                let row = pre.iter_mut().zip(mt_keep.iter_mut()).zip(own_row.iter_mut()).zip(r_row.iter());
+                for ((((p, keep), o), &r), ((&s, &s0), &mt)) in row.zip(s_row.iter().zip(s0_row).zip(mt_row)) {
+                    let (s, s0) = (s * up, s0 * down);
+                    let mt = (mt * mt_up).min(s);
+                    let own = f.own(r, mt);
+                    let ops_s = (s - s0).max(0.0);
+                    *p = ops_s + kappa * s + under + f.any(r, mt, own, 2.0 * ops_s);
+                    (*keep, *o) = (mt, own);
+                }
+                let trunc = |j: usize, ops: f64| own_row[j] + f.any(r_row[j], mt_keep[j], own_row[j], ops);
+                match (pd1.map(|p| row_slice(p, ti)), pd0.map(|p| row_slice(p, ti)), dev_extra) {
+                    (Some(d1), Some(d0), true) => (0..n).for_each(|j| {
+                        let s1 = d1[j] * up;
+                        let ops = (s1 - d0[j] * down).max(0.0);
+                        dp[j] = ops + orders * s1 + 2.0 * under + trunc(j, ops);
+                    }),
+                    (Some(d1), Some(d0), false) => (0..n).for_each(|j| {
+                        let s1 = d1[j] * up;
+                        let ops = (s1 - d0[j] * down).max(0.0);
+                        dp[j] = ops + orders * s1 + 2.0 * under;
+                    }),
+                    (Some(d1), None, true) => (0..n).for_each(|j| dp[j] = orders * (d1[j] * up) + 2.0 * under + trunc(j, 0.0)),
+                    (Some(d1), None, false) => (0..n).for_each(|j| dp[j] = orders * (d1[j] * up) + 2.0 * under),
+                    _ => dp.fill(0.0),
+                }
+            } else {
+                for ((p, &s), &s0) in pre.iter_mut().zip(row_slice(ps, ti)).zip(row_slice(ps0, ti)) {
+                    let (s, s0) = (s * up, s0 * down);
+                    *p = (s - s0).max(0.0) + kappa * s + under;
+                }
+                match (&pd1, &pd0) {
+                    (Some(p1), Some(p0)) => {
+                        for ((d, &s1), &s0) in dp.iter_mut().zip(row_slice(*p1, ti)).zip(row_slice(*p0, ti)) {
+                            let s1 = s1 * up;
+                            let ops = (s1 - s0 * down).max(0.0);
+                            *d = ops + orders * s1 + 2.0 * under;
+                        }
                     }
+                    (Some(p1), None) => {
+                        for (d, &s1) in dp.iter_mut().zip(row_slice(*p1, ti)) {
+                            let s1 = s1 * up;
+                            let ops = 0.0;
+                            *d = ops + orders * s1 + 2.0 * under;
+                        }
+                    }
+                    _ => dp.fill(0.0),
                 }
-                _ => dp.fill(0.0),
             }
             if let Some(x) = &tc_extra {
                 x.add(i, &mut pre, dev_extra.then_some(&mut dp[..]));
@@ -462,6 +536,135 @@ fn row_slice(p: ArrayView2<'_, f64>, i: usize) -> &'_ [f64] {
     p.index_axis_move(ndarray::Axis(0), i).to_slice().expect("standard layout buffer")
 }
 
+/// The truncation of a promoting tensor-core GEMM fed codes (blockwise FP8: [`crate::accum`]'s model with
+/// `promote_every = P`, both operands quantised in blocks of P along K), bounded instruction by
+/// instruction: much tighter than [`accumulation_coefficient`], which charges every instruction the
+/// whole block's Σ|products|.
+///
+/// **Schedule.** A faithful kernel runs every K block as the model does: from C = 0, one instruction per
+/// consecutive `k_inst` slice of the block, in K order (a K tile's order in the hardware). The order of
+/// the blocks and the f32 sum of their scaled partials are free (split-K). Only formats whose nonzero
+/// sums are all at least 2^-126 qualify ([`Self::new`]), so f32's range clamps C's exponent and the
+/// result's last bit nowhere.
+///
+/// **One instruction**, in the block's code units: C plus products p_j, alignment exponent E, result S.
+/// Each term is truncated toward zero below 2^(E−n), then the sum to f bits below its leading bit, which
+/// S keeps: `|S − C − Σp_j| < (k_inst+1)·2^(E−n) + 2^-f·|S|`. And `2^E ≤ max(|C|, max_j
+/// 2^(e(a_j)+e(b_j))) ≤ |C| + M + X`, M = max|a_j|·max|b_j| over the slice, X the subnormal excess
+/// ([`TcExtra`]). Truncation toward zero never grows a magnitude, so `|S| ≤ |C| + Σ|p_j|`.
+///
+/// **One block** of n instructions (each quantity times the block's sa·sb): with α = (k_inst+1)·2^-n,
+/// β = 2^-f, the i-th instruction errs by `e_i ≤ α(|C_i| + M_i + X_i) + β|S_i|`, C_1 = 0, C_{i+1} = S_i,
+/// and the block by T = Σe_i (|S_i − P_i| ≤ Σ_{i'≤i} e_i' for the exact prefix sums P_i).
+/// - The emulator knows its own results: R = Σ_i|S_i| ([`accum::gemm_nt_mag_into`]) ≥ Σ_i|C_i|, so
+///   `T_e ≤ (α+β)·R + α·Σ(M_i + X_i)` ([`Self::own`]; β·R where every block is one instruction).
+/// - Another kernel's products differ from the emulator's by Δ = Σ_j|p_j − p_j^e| (block), so its C_i
+///   and S_i differ from the emulator's by at most Δ + T + T_e; over its n−1 nonzero C's and n S's,
+///   `T ≤ (α+β)R + γ(Δ + T + T_e) + α·Σ(M_i + X_i)` with γ = (n−1)α + nβ, i.e. with ρ = 1/(1−γ),
+///   `T ≤ ρ·[(α+β)R + γ(Δ + T_e) + α·Σ(M_i + X_i)]` ([`Self::any`]).
+///
+/// Every term is linear, so the same holds summed over the blocks with R, Δ and ΣM of the whole K. Any
+/// faithful kernel's fed magnitudes are at most `t` ([`BoundOperand`]), so ΣM ≤ Mt = Σ_slices
+/// max(t_a)·max(t_b), a product with inner dimension K/k_inst ([`Self::chunk_max`]), and ΣM ≤ s =
+/// Σ t_a·t_b (the smaller is taken; where no block chains two instructions, R ≤ s as well). The X terms
+/// are [`TcExtra`]'s, its factor `instructions·α·ρ(1+γ)` covering both kernels'. The f32 promotions
+/// (scale product, FMA, or a split-K sum) add `promotion·Σ s·|S_block| ≤ promotion·Σ|p|`. Hence, with
+/// s − s0 the operands' part (each kernel's products within it of the exact ones, so Δ ≤ 2(s − s0)):
+/// a-priori `T(Δ = 2(s − s0)) + promotion·s`; deviation `T_e + T(Δ = ops) + 2·promotion·s1`.
+#[derive(Clone, Copy, Debug)]
+struct Truncation {
+    k_inst: usize,
+    block: usize,
+    /// R's coefficient: α + β, or β where no block chains instructions (no C).
+    r_coef: f64,
+    alpha: f64,
+    gamma: f64,
+    rho: f64,
+    /// The f32 promotions' coefficient of Σ|products|: `(⌈K/P⌉ + 2)·2·2^-24`.
+    promotion: f64,
+    /// Instructions over the whole K.
+    instructions: usize,
+    /// K blocks.
+    blocks: usize,
+    /// Makes the model's f64 sum R an upper bound of the real one.
+    magnitude_factor: f64,
+}
+
+/// Up to this many instructions along K, the stage forms Mt row by row rather than as a GEMM.
+const INLINE_MT: usize = 8;
+
+/// Slack for the f64 evaluation of [`Truncation`]'s few non-negative terms.
+const EVAL: f64 = 1.0 + 1.0 / (1u64 << 45) as f64;
+
+impl Truncation {
+    /// The bound of `tc` (operand formats set) promoting every `block` over K = `k`, where it applies.
+    fn new(tc: &TensorCore, block: usize, k: usize) -> Option<Truncation> {
+        let (emin_a, emin_b) = (tc.operands.0.spec().min_exponent(), tc.operands.1.spec().min_exponent());
+        let normal = emin_a + emin_b - tc.n_bits as i32 >= -126 && tc.out_frac_bits <= 23;
+        // Instructions per block (the longest block).
+        let n = block.min(k).div_ceil(tc.k_inst.max(1)).max(1) as f64;
+        let (alpha, beta) = ((tc.k_inst as f64 + 1.0) * 2f64.powi(-(tc.n_bits as i32)), 2f64.powi(-(tc.out_frac_bits as i32)));
+        let gamma = (n - 1.0) * alpha + n * beta;
+        if !normal || tc.promote_every != Some(block) || gamma > 0.5 || tc.k_inst == 0 {
+            return None;
+        }
+        let blocks = k.div_ceil(block);
+        let instructions = (0..blocks).map(|b| (k - b * block).min(block).div_ceil(tc.k_inst)).sum::<usize>();
+        // Σ|C_i| ≤ R; where no block chains two instructions every C is zero.
+        let r_coef = if instructions > blocks { alpha + beta } else { beta };
+        Some(Truncation {
+            r_coef,
+            k_inst: tc.k_inst,
+            block,
+            alpha,
+            gamma,
+            rho: EVAL / (1.0 - gamma),
+            promotion: (blocks as f64 + 2.0) * 2.0 * U32,
+            instructions,
+            blocks,
+            magnitude_factor: 1.0 + (instructions + 2 * blocks + 2) as f64 * 2f64.powi(-52),
+        })
+    }
+
+    /// `T_e`, the emulator's own truncations, from its magnitudes `r` and the maxima's product `mt`.
+    #[inline(always)]
+    fn own(&self, r: f64, mt: f64) -> f64 {
+        (self.r_coef * r + self.alpha * mt) * EVAL
+    }
+
+    /// `T`, any faithful kernel's truncations, its products within `delta` (Σ|p − p_e|) of the emulator's
+    /// (`own` = [`Self::own`]`(r, mt)`).
+    #[inline(always)]
+    fn any(&self, r: f64, mt: f64, own: f64, delta: f64) -> f64 {
+        self.rho * (self.r_coef * r + self.gamma * (delta + own) + self.alpha * mt)
+    }
+
+    /// Whether some block chains instructions. Where none does, R ≤ Σ|products| (each block's one result
+    /// is at most its Σ|p|): the model need not count its magnitudes.
+    fn chained(&self) -> bool {
+        self.instructions > self.blocks
+    }
+
+    /// `[rows, instructions]`: the largest element of every row's instruction slices (the blocks of
+    /// `block` along K, each cut into slices of `k_inst`).
+    fn chunk_max(&self, t: ArrayView2<f64>) -> Array2<f64> {
+        let (rows, k) = t.dim();
+        let mut out = Array2::<f64>::zeros((rows, self.instructions));
+        for (row, mut o) in t.rows().into_iter().zip(out.rows_mut()) {
+            let mut c = 0;
+            for b0 in (0..k).step_by(self.block) {
+                let b1 = (b0 + self.block).min(k);
+                for s0 in (b0..b1).step_by(self.k_inst) {
+                    let s1 = (s0 + self.k_inst).min(b1);
+                    o[c] = row.slice(ndarray::s![s0..s1]).iter().fold(0.0f64, |x, &y| x.max(y));
+                    c += 1;
+                }
+            }
+        }
+        out
+    }
+}
+
 /// The tensor-core model's extra truncation term. A subnormal operand aligns at its format's lowest
 /// normal exponent, so a product's alignment exponent may exceed its magnitude: 2^E ≤
 /// 2^(emin_a+1)·s_a·max|b| (and symmetrically), which the truncation of every term of every instruction
@@ -477,23 +680,24 @@ struct TcExtra {
 }
 
 impl TcExtra {
-    #[allow(clippy::too_many_arguments)]
-    fn new(tc: &TensorCore, k: usize, kappa: f64, fmt_a: Format, fmt_b: Format, (ta, tb): (ArrayView2<f64>, ArrayView2<f64>), fed_as_codes: bool, (qa, qb): (&Option<QuantTensor>, &Option<QuantTensor>)) -> Self {
-        let row_max = |m: ArrayView2<f64>| m.rows().into_iter().map(|r| r.iter().fold(0.0f64, |x, &y| x.max(y))).collect::<Vec<f64>>();
+    /// `per` multiplies the excess (instructions times the truncation per unit of 2^E); `amax`, `bmax`:
+    /// the largest fed magnitude bound of each row of A and B.
+    fn new(per: f64, fmt_a: Format, fmt_b: Format, (amax, bmax): (Vec<f64>, Vec<f64>), fed_as_codes: bool, (qa, qb): (&Option<QuantTensor>, &Option<QuantTensor>)) -> Self {
         let scale_max = |q: &Option<QuantTensor>, rows: usize| -> Vec<f64> {
             match q {
                 Some(q) if fed_as_codes => row_scales(q, rows).rows().into_iter().map(|r| 2.0 * r.iter().fold(0.0f64, |x, &y| x.max(y))).collect(),
                 _ => vec![1.0; rows],
             }
         };
+        let (ra, rb) = (amax.len(), bmax.len());
         TcExtra {
-            per: k.div_ceil(tc.k_inst) as f64 * (tc.k_inst as f64 + 1.0) * 2f64.powi(-(tc.n_bits as i32)) * (1.0 + 2.0 * kappa),
+            per,
             ea_min: 2f64.powi(min_normal_exponent(fmt_a)),
             eb_min: 2f64.powi(min_normal_exponent(fmt_b)),
-            amax: row_max(ta),
-            bmax: row_max(tb),
-            sa: scale_max(qa, ta.nrows()),
-            sb: scale_max(qb, tb.nrows()),
+            amax,
+            bmax,
+            sa: scale_max(qa, ra),
+            sb: scale_max(qb, rb),
         }
     }
 
@@ -519,6 +723,11 @@ impl TcExtra {
             }
         }
     }
+}
+
+/// The largest element of every row (0 for an empty row).
+fn row_max(m: ArrayView2<f64>) -> Vec<f64> {
+    m.rows().into_iter().map(|r| r.iter().fold(0.0f64, |x, &y| x.max(y))).collect()
 }
 
 /// A broadcast view of zeros (how exact operands' bounds are passed): no storage behind it.
@@ -565,4 +774,172 @@ pub fn dot_bound(terms: impl Iterator<Item = (f64, f64, f64, f64)>, kappa: f64, 
     }
     let f = 1.0 + (k as f64 + 2.0) * 2f64.powi(-52);
     (ops + (kappa + ORACLE_SLACK) * s) * f + underflow_term(k)
+}
+
+#[cfg(test)]
+mod tests {
+    //! [`Truncation`] against the tensor-core model's definition ([`crate::accum::slow`]): its bounds hold
+    //! on inputs built to make the truncation as large as the model allows, and are within a small factor
+    //! of it there (so a bound too small fails here).
+
+    use super::*;
+    use crate::accum::slow;
+    use crate::formats::{quantize, Overflow};
+    use crate::test_rng::XorShift;
+
+    const FP8: TensorCore = TensorCore::HOPPER_FP8;
+    const P: usize = 128;
+
+    /// One dot product of E4M3 codes with per-block scales under the model: `(|value − exact|, R, Mt,
+    /// Σ|products|)`, the fed magnitudes' maxima taken over `t_a`, `t_b` (value units).
+    fn measure(a: &[f64], b: &[f64], sa: &[f64], sb: &[f64], t_a: &[f64], t_b: &[f64]) -> (f64, f64, f64, f64) {
+        let tr = Truncation::new(&FP8, P, a.len()).expect("applies to blockwise FP8");
+        let (v, r) = slow::dot_magnitudes(&FP8, a, b, Some((sa, sb, P)));
+        let (av, bv): (Vec<f64>, Vec<f64>) = (0..a.len()).map(|j| (a[j] * sa[j / P], b[j] * sb[j / P])).unzip();
+        let err = crate::exact::dot_plus(av.iter().copied().zip(bv.iter().copied()), [-v]).abs();
+        let ca = tr.chunk_max(ArrayView2::from_shape((1, a.len()), t_a).unwrap());
+        let cb = tr.chunk_max(ArrayView2::from_shape((1, b.len()), t_b).unwrap());
+        let mt = ca.iter().zip(cb.iter()).map(|(x, y)| x * y).sum::<f64>() * abs_factor(tr.instructions, false);
+        let abs = av.iter().zip(&bv).map(|(x, y)| (x * y).abs()).sum::<f64>() * abs_factor(a.len(), false);
+        (err, r * tr.magnitude_factor, mt, abs)
+    }
+
+    fn abs_values(x: &[f64], s: &[f64]) -> Vec<f64> {
+        x.iter().enumerate().map(|(j, v)| (v * s[j / P]).abs()).collect()
+    }
+
+    /// The emulator's own bound `T_e` (plus the promotions) for codes `a`, `b`: `(error, bound)`.
+    fn own(a: &[f64], b: &[f64], sa: &[f64], sb: &[f64]) -> (f64, f64) {
+        let tr = Truncation::new(&FP8, P, a.len()).unwrap();
+        let (err, r, mt, abs) = measure(a, b, sa, sb, &abs_values(a, sa), &abs_values(b, sb));
+        (err, tr.own(r, mt) + tr.promotion * abs)
+    }
+
+    /// Per block: instruction 1 sums sixteen 256·256 = 2^16 into C = 2^20 (exact); instructions 2-4 each
+    /// add 32 products 14·9 = 126 (alignment 3 + 3 = 6), all below the unit 2^(20-13) = 128 of E = e(C)
+    /// = 20, so each is truncated to nothing: 32·126 lost per instruction, against a bound of
+    /// (α+β)·Σ|S_i| + α·Mt ≈ 34·2^-13·4·2^20 + … per block: the C term is what covers it.
+    #[test]
+    fn c_dominant_truncation_is_covered_tightly() {
+        for (blocks, scale_a, scale_b) in [(1, 1.0, 1.0), (3, 0.75, 1.5), (2, 2f64.powi(-20), 3.0)] {
+            let k = blocks * P;
+            let (mut a, mut b) = (vec![0.0; k], vec![0.0; k]);
+            for blk in 0..blocks {
+                for j in 0..16 {
+                    (a[blk * P + j], b[blk * P + j]) = (256.0, 256.0);
+                }
+                for j in 32..P {
+                    (a[blk * P + j], b[blk * P + j]) = (14.0, 9.0);
+                }
+            }
+            let (sa, sb) = (vec![scale_a as f32 as f64; blocks], vec![scale_b as f32 as f64; blocks]);
+            let (err, bound) = own(&a, &b, &sa, &sb);
+            let want = (blocks * 96 * 126) as f64 * sa[0] * sb[0];
+            assert!((err - want).abs() <= want * 1e-6, "the model drops every small product: {err:e} vs {want:e}");
+            assert!(err <= bound, "blocks {blocks}: error {err:e} above the bound {bound:e}");
+            assert!(err >= 0.6 * bound, "blocks {blocks}: the bound {bound:e} is loose here (error {err:e})");
+        }
+    }
+
+    /// A random code of E4M3 with exponent in `lo..=hi` and the given sign (no subnormals: their excess
+    /// is [`TcExtra`]'s).
+    fn code(g: &mut XorShift, lo: i32, hi: i32, neg: bool) -> f64 {
+        let r = g.next_u64();
+        let e = lo + (r % (hi - lo + 1) as u64) as i32;
+        let m = 1.0 + ((r >> 16) % 8) as f64 / 8.0;
+        let v = quantize(Format::E4M3, m * 2f64.powi(e), Overflow::Saturate);
+        if neg {
+            -v
+        } else {
+            v
+        }
+    }
+
+    /// Same-sign terms, one dominant product per instruction and the others just below the unit 2^(E-13)
+    /// of the instruction's alignment (E from C, larger than the terms, after the first instruction):
+    /// the model drops nearly a unit per term, as much as it can; the bound holds, and over the family
+    /// it is reached within a factor 3 (it charges the dominant term and C both, where the alignment is
+    /// the larger of them, and |C| up to twice 2^E).
+    #[test]
+    fn one_dominant_term_per_instruction_is_covered() {
+        let mut g = XorShift(0x9E3779B97F4A7C15);
+        let e_of = |x: f64| x.abs().log2().floor() as i32;
+        let mut worst = 0.0f64;
+        for trial in 0..300 {
+            let blocks = 1 + trial % 3;
+            let k = blocks * P - (trial % 5) * 7; // a short last block too
+            let neg = trial % 2 == 1;
+            let (mut a, mut b) = (vec![0.0; k], vec![0.0; k]);
+            // The block's exact running sum (the model's C is within its truncation of it, and on these
+            // inputs in the same binade) sets E.
+            let mut c = 0.0f64;
+            for i0 in (0..k).step_by(FP8.k_inst) {
+                if i0 % P == 0 {
+                    c = 0.0;
+                }
+                let (x, y) = (code(&mut g, 5, 8, neg), code(&mut g, 5, 8, false));
+                (a[i0], b[i0]) = (x, y);
+                let e = if c == 0.0 { e_of(x) + e_of(y) } else { (e_of(x) + e_of(y)).max(e_of(c)) };
+                c += x * y;
+                // Products aligned at E - 15 with significands 1.75-1.875 squared: 0.77-0.88 of 2^(E-13).
+                let (ea, eb) = ((e - 15).div_euclid(2), e - 15 - (e - 15).div_euclid(2));
+                for j in i0 + 1..(i0 + FP8.k_inst).min(k) {
+                    let sig = |g: &mut XorShift| if g.next_u64() & 1 == 0 { 1.75 } else { 1.875 };
+                    let (x, y) = (sig(&mut g) * 2f64.powi(ea), sig(&mut g) * 2f64.powi(eb));
+                    (a[j], b[j]) = (if neg { -x } else { x }, y);
+                    c += a[j] * y;
+                }
+            }
+            let sa: Vec<f64> = (0..blocks).map(|_| (0.5 + (g.next_u64() % 1000) as f64 / 999.0) as f32 as f64).collect();
+            let sb: Vec<f64> = (0..blocks).map(|_| (0.5 + (g.next_u64() % 1000) as f64 / 999.0) as f32 as f64).collect();
+            let (err, bound) = own(&a, &b, &sa, &sb);
+            assert!(err <= bound, "trial {trial}: error {err:e} above the bound {bound:e}");
+            worst = worst.max(err / bound);
+        }
+        assert!(worst >= 0.33, "the bound is never approached: worst error/bound {worst}");
+    }
+
+    /// Another faithful kernel, fed codes that differ from the emulator's (some moved a step, scales
+    /// moved), within [`Truncation::any`] of its own exact sum, computed from the emulator's magnitudes
+    /// and Δ = Σ|p − p_e|.
+    #[test]
+    fn another_kernel_is_covered_by_the_emulators_magnitudes() {
+        let mut g = XorShift(0x2545F4914F6CDD1D);
+        for trial in 0..300 {
+            let blocks = 1 + trial % 3;
+            let k = blocks * P;
+            let neg = trial % 3 == 0;
+            let (mut a, mut b) = (vec![0.0; k], vec![0.0; k]);
+            for j in 0..k {
+                let big = j % 16 == 0;
+                let (lo, hi) = if big { (4, 8) } else { (-6, 2) };
+                (a[j], b[j]) = (code(&mut g, lo, hi, neg && j % 5 != 0), code(&mut g, lo, hi, false));
+            }
+            let sa: Vec<f64> = (0..blocks).map(|_| (1.0 + (g.next_u64() % 100) as f64 / 50.0) as f32 as f64).collect();
+            let sb = vec![1.0; blocks];
+            // The kernel: every 7th code of A one step up, its scales 1% up.
+            let a2: Vec<f64> = a.iter().enumerate().map(|(j, &v)| if j % 7 == trial % 7 { quantize(Format::E4M3, v * 1.2, Overflow::Saturate) } else { v }).collect();
+            let sa2: Vec<f64> = sa.iter().map(|s| (s * 1.01) as f32 as f64).collect();
+            let tr = Truncation::new(&FP8, P, k).unwrap();
+            // Fed magnitudes' bounds covering both kernels.
+            let t_a: Vec<f64> = abs_values(&a, &sa).iter().zip(abs_values(&a2, &sa2)).map(|(x, y)| x.max(y)).collect();
+            let t_b = abs_values(&b, &sb);
+            let (_, r_e, mt, _) = measure(&a, &b, &sa, &sb, &t_a, &t_b);
+            let (err2, _, _, abs2) = measure(&a2, &b, &sa2, &sb, &t_a, &t_b);
+            let delta: f64 = (0..k).map(|j| (a2[j] * sa2[j / P] * b[j] - a[j] * sa[j / P] * b[j]).abs()).sum::<f64>() * abs_factor(k, false);
+            let bound = tr.any(r_e, mt, tr.own(r_e, mt), delta) + tr.promotion * abs2;
+            assert!(err2 <= bound, "trial {trial}: the other kernel's error {err2:e} above {bound:e}");
+        }
+    }
+
+    /// The bound is taken only where its premises hold.
+    #[test]
+    fn applies_to_promoting_small_formats_only() {
+        assert!(Truncation::new(&FP8, 128, 1000).is_some());
+        let bf16 = TensorCore { promote_every: Some(128), ..TensorCore::HOPPER_BF16 };
+        assert!(Truncation::new(&bf16, 128, 1000).is_none(), "bf16 sums can be f32-subnormal");
+        assert!(Truncation::new(&FP8, 64, 1000).is_none(), "promotion and blocks differ");
+        let t = Truncation::new(&FP8, 128, 300).unwrap();
+        assert_eq!(t.instructions, 4 + 4 + 2);
+    }
 }
