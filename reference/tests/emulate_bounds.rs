@@ -119,6 +119,38 @@ fn bounds_are_not_grossly_loose() {
 /// 126 below its unit 2^7): the emulated values lie within their a-priori bound of the exact result, and
 /// within their deviation bound of an exactly accumulating kernel fed the same codes, at a third of it
 /// (the bound covers the emulator's truncation and any other kernel's, each at most ~1.5x its worst case).
+/// `--same-schedule` with deviating operands: a kernel that follows the recipe's schedule exactly but is fed a
+/// slightly different code truncates differently, so the deviation bound must keep the truncation terms. One
+/// instruction holds a term of 256 (alignment unit 2^(8-13) = 1/32) and a small one that the emulator's code
+/// 0.0586 (1.875 units: truncated to 1) and the next E4M3 code 0.0625 (2 units, kept) put on either side of a
+/// unit: the results differ by 1/32, far more than the fed deviation (~0.004) through the products.
+#[test]
+fn same_schedule_deviation_covers_a_changed_truncation() {
+    use moe_reference::emulate::stage::{gemm_stage_with, GemmPlan};
+    use moe_reference::recipe::Storage;
+    use ndarray::Array2;
+    let recipe = Recipe::named("fp8-block").unwrap();
+    let plan = GemmPlan { same_schedule: true, ..GemmPlan::parse("gemm1", &recipe.gemm1).unwrap() };
+    let k = 128;
+    let operands = |small: f64| {
+        let (mut a, mut b) = (Array2::<f64>::zeros((1, k)), Array2::<f64>::zeros((1, k)));
+        for (j, x, w) in [(0, 16.0, 16.0), (1, small, 1.0), (40, 448.0, 0.0), (72, 0.0, 448.0)] {
+            a[[0, j]] = x; // block maxima 448: scale 1, codes = values
+            b[[0, j]] = w;
+        }
+        (a, b)
+    };
+    let ((a, b), (a2, _)) = (operands(0.05859375), operands(0.0625));
+    let mut ad = Array2::<f64>::zeros((1, k));
+    ad[[0, 1]] = 0.0625 - 0.05859375; // the kernel's operand may differ from the emulator's by this much
+    let (za, zb) = (Array2::<f64>::zeros((1, k)), Array2::<f64>::zeros((1, k)));
+    let em = gemm_stage_with(&plan, a.view(), za.view(), Some(ad.view()), b.view(), zb.view(), Some(zb.view()), Storage::F32);
+    let kernel = gemm_stage_with(&plan, a2.view(), za.view(), None, b.view(), zb.view(), None, Storage::F32);
+    let (v, v2, dev) = (em.out.v[[0, 0]], kernel.out.v[[0, 0]], em.dev.expect("deviations asked for")[[0, 0]]);
+    assert_eq!((v, v2), (256.03125, 256.0625), "the model truncates the small term to 1 and 2 units of 1/32");
+    assert!((v2 - v).abs() <= dev, "deviation bound {dev:e} below the same-schedule kernel's {:e}", (v2 - v).abs());
+}
+
 #[test]
 fn fp8_truncation_through_the_stage() {
     use moe_reference::emulate::stage::{gemm_stage_with, GemmPlan};

@@ -99,7 +99,8 @@ pub struct GemmPlan {
     pub b: Option<OperandPlan>,
     /// The kernel is declared to follow the model's schedule exactly (same K order, instruction width and
     /// promotion interval, as DeepGEMM's unfused chain or cuBLAS do): the accumulation is then a function of
-    /// the fed operands, and only operand deviations can make the kernel differ from the emulator.
+    /// the fed operands, so fed the emulator's operands the kernel gives its bits; fed other operands, it may
+    /// still round or truncate differently, and the deviation keeps those terms.
     pub same_schedule: bool,
 }
 
@@ -309,7 +310,8 @@ enum DevMode {
     Zero,
     /// Exact fed operands, another order: the accumulation of both.
     Orders,
-    /// Operand deviations through the products, and the accumulation of both.
+    /// Operand deviations through the products, and the accumulation of both (with the same schedule too:
+    /// other fed codes truncate differently).
     Full,
 }
 
@@ -390,7 +392,10 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
     let coefficient = fine.as_ref().map_or_else(|| accumulation_coefficient(&plan.model, k), |f| f.promotion);
     let kappa = coefficient + ORACLE_SLACK;
     let under = underflow_term(k);
-    let orders = if plan.same_schedule { 0.0 } else { 2.0 * coefficient };
+    // The accumulation terms of the deviation: the emulator's and the kernel's roundings or truncations differ
+    // unless both accumulate the same fed operands in the same schedule (DevMode::Zero, where the deviation is
+    // 0): a kernel that follows the schedule but is fed other codes truncates differently (not Lipschitz).
+    let orders = 2.0 * coefficient;
     // Per-instruction maxima of the fed magnitudes' bounds, and their product (a GEMM over the instructions).
     let chunk_max = fine.as_ref().map(|f| (f.chunk_max(oa.t().v), f.chunk_max(ob.t().v)));
     // Few instructions (weight gradients over few rows): the product row by row below, B's maxima
@@ -419,7 +424,7 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
     let contiguous = |s: &[isize]| m == 0 || n <= 1 || s[1] == 1;
     assert!(contiguous(raw.strides()) && contiguous(bound.strides()), "output rows contiguous");
     assert!(dev.as_ref().is_none_or(|d| contiguous(d.strides())), "output rows contiguous");
-    let dev_extra = mode != DevMode::None && !plan.same_schedule;
+    let dev_extra = matches!(mode, DevMode::Orders | DevMode::Full);
     let (mut pre, mut dp) = (vec![0.0; n], vec![0.0; n]);
     let (mt_up, mag_up) = fine.as_ref().map_or((1.0, 1.0), |f| (abs_factor(f.instructions, false), f.magnitude_factor));
     let mut mt_buf = vec![0.0; if inline_mt { n } else { 0 }];
