@@ -5,7 +5,8 @@ registers and spill bytes (a spill in a GEMM's main loop costs more than most tu
 The translation unit is assembled as kernels/src/fast/source.rs assembles it (the shared header once, each file
 without its include of it). Needs NVRTC and ptxas, e.g.:
     pip install --target /tmp/cuda nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12
-usage: python3 kernels/tools/nvrtc_check.py [KERNEL_NAME_SUBSTRING] [--cuda /tmp/cuda]
+usage: python3 kernels/tools/nvrtc_check.py [KERNEL_NAME_SUBSTRING] [--cuda /tmp/cuda] [--ptx FILE]
+--ptx FILE also writes the PTX, e.g. to check that a refactor leaves it byte-identical (diff two such files).
 """
 import ctypes
 import os
@@ -19,6 +20,11 @@ cuda = "/tmp/cuda"
 if "--cuda" in args:
     i = args.index("--cuda")
     cuda = args[i + 1]
+    del args[i : i + 2]
+ptx_out = None
+if "--ptx" in args:
+    i = args.index("--ptx")
+    ptx_out = args[i + 1]
     del args[i : i + 2]
 only = args[0] if args else ""
 root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -53,6 +59,8 @@ if rc != 0:
 lib.nvrtcGetPTXSize(prog, ctypes.byref(n))
 ptx = ctypes.create_string_buffer(n.value)
 lib.nvrtcGetPTX(prog, ptx)
+if ptx_out:
+    open(ptx_out, "wb").write(ptx.value)
 
 with tempfile.TemporaryDirectory() as tmp:
     ptx_path = os.path.join(tmp, "moe_fast.ptx")

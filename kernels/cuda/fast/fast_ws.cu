@@ -145,62 +145,47 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 // Bytes of each consumer warpgroup's staging buffer for TMA stores: 64 rows x 128 bytes x 2 boxes.
 #define WS_STAGE_OUT_BYTES 16384
 
-// The TMA-store epilogue: a warpgroup's 64-row slice of the output goes out through its 16 KiB staging buffer
-// `st` in passes of 64 rows x 256 bytes, each written as two boxes of 64 rows x 128 bytes in the
+// The TMA-store epilogue of EPI_STORE (bf16: two passes of 128 columns) and EPI_STORE_F32 (four of 64): a
+// warpgroup's 64 rows (from row0 of expert z in the tensor map tc, [z][rows][columns]; columns from n0) go out
+// through its 16 KiB staging buffer `st`, each pass written as two boxes of 64 rows x 128 bytes in the
 // 128-byte-swizzle layout (16-byte chunk XOR row % 8: the 8 rows of a warp's store hit 8 different chunks, so
 // the shared stores are free of bank conflicts). The warpgroup's first thread (`leader`) then issues the TMA
-// stores of both boxes (`issue`, whose tensor map clips what lies outside the output) and waits, before the
-// next pass, only until the previous boxes have been read out of `st`: the global writes drain while the
-// consumers go on to the next tile's wgmma, so the tensor cores no longer idle through the stores.
-// One pass: val(jj, hf) gives the bytes of column group jj of row 16 wq + lane/4 + 8 hf (the accumulator
-// layout: d[4j + 2hf + c] is that row's column 8j + 2 (lane % 4) + c): bf16, 16 groups of 8 columns, .x = the
-// pair's 4 bytes; f32, 8 groups of 8 columns, .x/.y = the pair.
-template <bool F32, class Val, class Issue>
-__device__ __forceinline__ void ws_store_pass(unsigned st, int wq, int lane, int wg, bool leader, Val val, Issue issue) {
-    if (leader) bulk_wait_read();
-    consumer_sync(wg);
-#pragma unroll
-    for (int jj = 0; jj < (F32 ? 8 : 16); ++jj) {
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            const int r = wq * 16 + (lane >> 2) + 8 * hf;
-            const uint2 v = val(jj, hf);
-            if (F32) {  // column 8 jj + 2 (lane % 4): box jj / 4, byte 32 (jj % 4) + 8 (lane % 4) of the row
-                const int chunk = 2 * (jj & 3) + ((lane & 3) >> 1);
-                const unsigned a = st + (jj >> 2) * 8192 + r * 128 + ((chunk ^ (r & 7)) << 4) + (lane & 1) * 8;
-                asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a), "r"(v.x), "r"(v.y) : "memory");
-            } else {  // column 8 jj + 2 (lane % 4): box jj / 8, chunk jj % 8, byte 4 (lane % 4) in it
-                const unsigned a = st + (jj >> 3) * 8192 + r * 128 + (((jj & 7) ^ (r & 7)) << 4) + (lane & 3) * 4;
-                asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v.x) : "memory");
-            }
-        }
-    }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the writes, visible to the TMA unit
-    consumer_sync(wg);
-    if (leader) {
-        issue();
-        bulk_commit();
-    }
-}
-__device__ __forceinline__ uint2 bf16_pair(float v0, float v1) { return make_uint2((unsigned)f32_to_bf16(v0) | ((unsigned)f32_to_bf16(v1) << 16), 0u); }
-
-// EPI_STORE (bf16, two passes of 128 columns) and EPI_STORE_F32 (four of 64): warpgroup rows from row0 (of
-// expert z) of the tensor map tc ([z][rows][columns], boxes of 64 rows x 128 bytes), columns from n0. The
-// values are the ones the direct epilogue stores (same conversions).
+// stores of both boxes (the map clips what lies outside the output) and waits, before the next pass, only
+// until the previous boxes have been read out of `st`: the global writes drain while the consumers go on to
+// the next tile's wgmma, so the tensor cores no longer idle through the stores. The accumulator layout:
+// d[4j + 2hf + c] is row 16 wq + lane/4 + 8 hf, column 8j + 2 (lane % 4) + c; the values are the ones the
+// direct epilogue stores (same conversions).
 template <bool F32>
 __device__ __forceinline__ void ws_store_tma(const float* d, unsigned st, const TmaDesc* tc, int n0, int row0, int z, int wq, int lane, int wg, bool leader) {
-    constexpr int PASSES = F32 ? 4 : 2, J = 32 / PASSES, BOX = F32 ? 32 : 64;  // BOX: columns per box
+    constexpr int PASSES = F32 ? 4 : 2, J = 32 / PASSES, BOX = F32 ? 32 : 64;  // J column groups of 8 per pass; BOX: columns per box
 #pragma unroll
     for (int ps = 0; ps < PASSES; ++ps) {
-        const auto val = [&](int jj, int hf) {
-            const float v0 = d[4 * (J * ps + jj) + 2 * hf], v1 = d[4 * (J * ps + jj) + 2 * hf + 1];
-            return F32 ? make_uint2(__float_as_uint(v0), __float_as_uint(v1)) : bf16_pair(v0, v1);
-        };
-        const auto issue = [&] {
+        if (leader) bulk_wait_read();
+        consumer_sync(wg);
+#pragma unroll
+        for (int jj = 0; jj < J; ++jj) {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int r = wq * 16 + (lane >> 2) + 8 * hf;
+                const float v0 = d[4 * (J * ps + jj) + 2 * hf], v1 = d[4 * (J * ps + jj) + 2 * hf + 1];
+                if (F32) {  // column 8 jj + 2 (lane % 4): box jj / 4, byte 32 (jj % 4) + 8 (lane % 4) of the row
+                    const int chunk = 2 * (jj & 3) + ((lane & 3) >> 1);
+                    const unsigned a = st + (jj >> 2) * 8192 + r * 128 + ((chunk ^ (r & 7)) << 4) + (lane & 1) * 8;
+                    asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a), "r"(__float_as_uint(v0)), "r"(__float_as_uint(v1)) : "memory");
+                } else {  // column 8 jj + 2 (lane % 4): box jj / 8, chunk jj % 8, byte 4 (lane % 4) in it
+                    const unsigned a = st + (jj >> 3) * 8192 + r * 128 + (((jj & 7) ^ (r & 7)) << 4) + (lane & 3) * 4;
+                    const unsigned v = (unsigned)f32_to_bf16(v0) | ((unsigned)f32_to_bf16(v1) << 16);
+                    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+                }
+            }
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the writes, visible to the TMA unit
+        consumer_sync(wg);
+        if (leader) {
             tma_store_3d(tc, st, n0 + 2 * BOX * ps, row0, z);
             tma_store_3d(tc, st + 8192, n0 + 2 * BOX * ps + BOX, row0, z);
-        };
-        ws_store_pass<F32>(st, wq, lane, wg, leader, val, issue);
+            bulk_commit();
+        }
     }
 }
 
