@@ -5,7 +5,7 @@ registers and spill bytes (a spill in a GEMM's main loop costs more than most tu
 The translation unit is assembled as kernels/src/fast/source.rs assembles it (the shared header once, each file
 without its include of it). Needs NVRTC and ptxas, e.g.:
     pip install --target /tmp/cuda nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12
-usage: python3 kernels/tools/nvrtc_check.py [KERNEL_NAME_SUBSTRING] [--cuda /tmp/cuda] [--ptx FILE]
+usage: python3 kernels/tools/nvrtc_check.py [KERNEL_NAME_SUBSTRING] [--cuda /tmp/cuda] [--ptx FILE] [-DNAME ...]
 --ptx FILE also writes the PTX, e.g. to check that a refactor leaves it byte-identical (diff two such files).
 """
 import ctypes
@@ -26,6 +26,8 @@ if "--ptx" in args:
     i = args.index("--ptx")
     ptx_out = args[i + 1]
     del args[i : i + 2]
+defines = [a for a in args if a.startswith("-D")]  # e.g. -DWS_EXP_NO_STORE (as MOE_FAST_DEFINES passes them)
+args = [a for a in args if not a.startswith("-D")]
 only = args[0] if args else ""
 root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 nvrtc_so = os.path.join(cuda, "nvidia/cuda_nvrtc/lib/libnvrtc.so.12")
@@ -46,7 +48,7 @@ lib = ctypes.CDLL(nvrtc_so)
 prog = ctypes.c_void_p()
 if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"moe_fast.cu", 0, None, None) != 0:
     sys.exit("error: nvrtcCreateProgram failed")
-opts = [b"--gpu-architecture=sm_90a", b"--fmad=true", b"--std=c++17"]
+opts = [b"--gpu-architecture=sm_90a", b"--fmad=true", b"--std=c++17"] + [d.encode() for d in defines]
 rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
 n = ctypes.c_size_t()
 lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
