@@ -132,16 +132,9 @@ __device__ __forceinline__ void consumer_sync(int wg) { asm volatile("bar.sync %
 
 // TMA stores: the box of `desc` at (c0, c1, c2) from shared memory at src, in this thread's bulk async-group.
 __device__ __forceinline__ void tma_store_3d(const TmaDesc* desc, unsigned src, int c0, int c1, int c2) {
-#if WS_STORE_EVICT_FIRST  // the output is not read again by this kernel: first out of L2
-    asm volatile("{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
-                 "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4}], [%1], pol;\n}\n" ::"l"((unsigned long long)desc),
-                 "r"(src), "r"(c0), "r"(c1), "r"(c2)
-                 : "memory");
-#else
     asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"((unsigned long long)desc), "r"(src), "r"(c0),
                  "r"(c1), "r"(c2)
                  : "memory");
-#endif
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // ... and have completed
@@ -157,12 +150,6 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 #define WS_STAGE_OUT_BYTES 16384
 #endif
 #define WS_OUT_SLOTS (WS_STAGE_OUT_BYTES / 8192)
-#ifndef WS_STORE_EVICT_FIRST  // TMA stores with an L2 evict-first hint (1)
-#define WS_STORE_EVICT_FIRST 0
-#endif
-#ifndef WS_OUT_LSU  // staged output boxes go out by the warpgroup's own 16-byte stores (1) instead of TMA (0)
-#define WS_OUT_LSU 0
-#endif
 #ifndef WS_GEMM1_TMA  // GEMM1's SwiGLU epilogue by TMA stores (1) or direct from registers (0)
 #define WS_GEMM1_TMA 1
 #endif
@@ -195,31 +182,10 @@ struct WsOut {
     unsigned n;   // boxes sent so far
     int wg;
     bool leader;
-    // fill(slot) writes the box; store(slot) sends it by TMA (leader); row(r) is the global address of the
-    // box's row r (null: past the output), `bytes` of each row lie inside the output (WS_OUT_LSU).
-    template <class Fill, class Store, class Row>
-    __device__ __forceinline__ void box(Fill fill, Store store, Row row, int bytes) {
+    template <class Fill, class Store>
+    __device__ __forceinline__ void box(Fill fill, Store store) {
         const unsigned slot = st + (n % WS_OUT_SLOTS) * 8192;
         fill(slot);
-#if WS_OUT_LSU
-        // one named barrier, then each thread copies 4 16-byte chunks (a warp: 4 whole 128-byte rows); the
-        // slot is written again only WS_OUT_SLOTS boxes later, after another barrier
-        (void)store;
-        consumer_sync(wg);
-        const int t = threadIdx.x & 127, ch = t & 7;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int r = (t >> 3) + 16 * i;
-            char* g = row(r);
-            if (g != nullptr && 16 * ch < bytes) {
-                uint4 v;
-                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(slot + swz128(r, 16 * ch)) : "memory");
-                *(uint4*)(g + 16 * ch) = v;
-            }
-        }
-#else
-        (void)row;
-        (void)bytes;
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the writes, visible to the TMA unit
 #ifndef WS_EXP_NO_READ_WAIT  // experiment: time the epilogue without its waits (races: results wrong)
         if (leader) bulk_wait_read_n(WS_OUT_SLOTS - 2);
@@ -231,7 +197,6 @@ struct WsOut {
 #endif
             bulk_commit();
         }
-#endif
         ++n;
     }
 };
@@ -262,11 +227,9 @@ __device__ __forceinline__ void stsm_box(unsigned slot, int wq, int lane, int jp
 // (from row0 of expert z in the tensor map tc, [z][rows][columns]; columns from n0). The accumulator layout:
 // d[4j + 2hf + c] is row 16 wq + lane/4 + 8 hf, column 8j + 2 (lane % 4) + c; the values are the ones the direct
 // epilogue stores.
-// rows: how many of the 64 lie inside the output (WS_OUT_LSU; TMA clips by the map).
 template <bool F32>
-__device__ __forceinline__ void ws_store_tma(const FastGemmParams& p, const float* d, WsOut& out, const TmaDesc* tc, int n0, int row0, int z, int rows, int wq, int lane) {
+__device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const TmaDesc* tc, int n0, int row0, int z, int wq, int lane) {
     constexpr int BOXES = F32 ? 8 : 4, J = 32 / BOXES, BOX = F32 ? 32 : 64;  // J column groups of 8 per box
-    constexpr int ES = F32 ? 4 : 2;
 #pragma unroll
     for (int bx = 0; bx < BOXES; ++bx) {
         out.box(
@@ -291,9 +254,7 @@ __device__ __forceinline__ void ws_store_tma(const FastGemmParams& p, const floa
                     }
                 }
             },
-            [&](unsigned slot) { tma_store_3d(tc, slot, n0 + BOX * bx, row0, z); },
-            [&](int r) { return r < rows ? (char*)p.c + ((long long)z * p.c_estride + (long long)(row0 + r) * p.ldc + n0 + BOX * bx) * ES : (char*)nullptr; },
-            (p.n_dim - n0 - BOX * bx) * ES);
+            [&](unsigned slot) { tma_store_3d(tc, slot, n0 + BOX * bx, row0, z); });
     }
 }
 
@@ -327,12 +288,7 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
                         tma_store_3d(td, slot, q0 + 64 * bx, row0, 0);
                     else
                         tma_store_3d(tc, slot, (part == 1 ? p.inter : 0) + q0 + 64 * bx, row0, 0);
-                },
-                [&](int r) {
-                    return part == 2 ? (char*)(p.c2 + (long long)(row0 + r) * p.inter + q0 + 64 * bx)
-                                     : (char*)(p.c + (long long)(row0 + r) * p.ldc + (part == 1 ? p.inter : 0) + q0 + 64 * bx);
-                },
-                128);
+                });
         }
     }
 }
@@ -556,10 +512,10 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             const int row0 = w.m0 + 64 * wg;  // this warpgroup's first row
             if (TMA_OUT && KIND == 2) {
                 // the map's row bound is the expert's m_dim: a warpgroup past it has nothing to store
-                if (row0 < p.m_dim) ws_store_tma<EPI == EPI_STORE_F32>(p, d, out, tc, w.n0, row0, w.e, min(64, p.m_dim - row0), wq, lane);
+                if (row0 < p.m_dim) ws_store_tma<EPI == EPI_STORE_F32>(d, out, tc, w.n0, row0, w.e, wq, lane);
             } else if (TMA_OUT && row0 + 64 <= w.m_end) {
                 // rows past m_end belong to the next expert's tile: only whole 64-row groups go by TMA
-                ws_store_tma<EPI == EPI_STORE_F32>(p, d, out, tc, w.n0, row0, 0, 64, wq, lane);
+                ws_store_tma<EPI == EPI_STORE_F32>(d, out, tc, w.n0, row0, 0, wq, lane);
             } else if (EPI == EPI_SWIGLU_FWD_SPLIT && WS_GEMM1_TMA && p.inter % 128 == 0 && row0 + 64 <= w.m_end) {
                 ws_store_swiglu_tma(p, d, out, tc, td, w.n0 >> 1, row0, wq, lane);
             } else if (KIND == 2) {
