@@ -10,6 +10,7 @@ use proptest::prelude::*;
 const BF16: Model = Model::TensorCore(TensorCore::HOPPER_BF16);
 const FP8: Model = Model::TensorCore(TensorCore::HOPPER_FP8);
 const FP8_FAST: Model = Model::TensorCore(TensorCore::HOPPER_FP8_FAST);
+const BLACKWELL: Model = Model::TensorCore(TensorCore::BLACKWELL_FP8);
 
 fn p2(e: i32) -> f64 {
     2f64.powi(e)
@@ -384,6 +385,23 @@ proptest! {
     }
 
     #[test]
+    fn blackwell_fast_matches_definition(seed in any::<u64>(), m in 1usize..4, n in 1usize..19, k in 0usize..200,
+                                         lo in -9i32..4, span in 0i32..9, zeros in 0u32..50, scaled in any::<bool>()) {
+        let hi = (lo + span).min(8);
+        let a = matrix(seed, m, k, Format::E4M3, lo, hi, zeros);
+        let b = matrix(seed ^ 0x5678, n, k, Format::E4M3, lo, hi, zeros);
+        if scaled {
+            // MX: one scale per 32 k
+            let nb = k.div_ceil(32);
+            let sa = matrix(seed ^ 5, m, nb, Format::Bf16, -12, -6, 0).mapv(f64::abs);
+            let sb = matrix(seed ^ 11, n, nb, Format::Bf16, -12, -6, 0).mapv(f64::abs);
+            check_against_definition(&BLACKWELL, &a, &b, Some((&sa, &sb, 32)));
+        } else {
+            check_against_definition(&BLACKWELL, &a, &b, None);
+        }
+    }
+
+    #[test]
     fn ieee_gemm_matches_dot(seed in any::<u64>(), m in 1usize..4, n in 1usize..6, k in 0usize..200) {
         let a = matrix(seed, m, k, Format::Bf16, -20, 5, 10);
         let b = matrix(seed ^ 3, n, k, Format::Bf16, -20, 5, 10);
@@ -409,4 +427,18 @@ fn off_grid_operands_take_the_slow_path_and_agree() {
         (0.5 - (j + k) as f64 * 7e-3) as f32 as f64
     });
     check_against_definition(&BF16, &a, &b, None);
+}
+
+/// tcgen05's instruction (32 E4M3 products of 25 bits) runs on the integer lanes: before its products were
+/// summed in i32 halves it fell back to the big-integer definition (an MXFP8 emulation took hours). 32
+/// products of 240·240 (significands 15·15, equal exponents) sum to 32·225·2^19 ≈ 3.8e9 units, past i32: the
+/// fast result must still be the definition's.
+#[test]
+fn blackwell_runs_on_the_fast_path_and_sums_past_i32() {
+    assert!(tensor_core::fast_path_available(&TensorCore::BLACKWELL_FP8));
+    let a = Array2::from_elem((1, 32), 240.0);
+    let b = Array2::from_elem((3, 32), 240.0);
+    check_against_definition(&BLACKWELL, &a, &b, None);
+    let got = gemm_nt(&BLACKWELL, a.view(), b.view(), None)[[0, 0]];
+    assert_eq!(got, 32.0 * 240.0 * 240.0, "1,843,200 is exact in 25 bits");
 }

@@ -68,6 +68,15 @@ impl TensorCore {
         promote_every: Some(128),
         operands: (Format::E4M3, Format::E4M3),
     };
+    /// Blackwell `tcgen05` with E4M3 operands (MXFP8 recipes): 32 products an instruction, 25 bits, f32
+    /// out, no promotion (MMA-Sim's model; not checked on hardware here).
+    pub const BLACKWELL_FP8: Self = TensorCore {
+        k_inst: 32,
+        n_bits: 25,
+        out_frac_bits: 23,
+        promote_every: None,
+        operands: (Format::E4M3, Format::E4M3),
+    };
     /// The same without promotion (cuBLAS `use_fast_accum`): the whole K chains in the tensor core.
     pub const HOPPER_FP8_FAST: Self = TensorCore {
         k_inst: 32,

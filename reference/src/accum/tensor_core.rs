@@ -77,9 +77,11 @@ struct Panels {
     e: Vec<[i32; NR]>,
     m: Vec<[i32; NR]>,
     k: usize,
+    /// Products per i32 partial sum of an instruction ([`fast_path_fits`]).
+    chunk: usize,
 }
 
-fn panels(b: ArrayView2<f64>, fmt: Format, shift: u32) -> Option<Panels> {
+fn panels(b: ArrayView2<f64>, fmt: Format, shift: u32, chunk: usize) -> Option<Panels> {
     let spec = fmt.spec();
     let (mbits, emin) = (spec.mantissa_bits, spec.min_exponent());
     let (n, k) = b.dim();
@@ -97,7 +99,7 @@ fn panels(b: ArrayView2<f64>, fmt: Format, shift: u32) -> Option<Panels> {
             dm[l] = y << shift;
         }
     }
-    Some(Panels { e, m, k })
+    Some(Panels { e, m, k, chunk })
 }
 
 /// The running C of `NR` lanes, kept in the form the next instruction aligns: `mc·2^(ec - 23)` with a
@@ -199,8 +201,10 @@ fn exponents_row(a: i32, b: &[i32; NR], x: &mut [i32; NR], emax: &mut [i32; NR])
 /// One instruction on `NR` lanes: C (`acc`, updated in place) plus the products of A's `k` slice (`ea`,
 /// `ma`) and the panel's rows `eb`, `mb`. `x` is scratch for the products' alignment exponents.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn instruction(
     t: &TensorCore,
+    chunk: usize,
     acc: &mut Acc,
     x: &mut [[i32; NR]; KMAX],
     ea: &[i32],
@@ -215,20 +219,31 @@ fn instruction(
     for k in 0..kk {
         exponents_row(ea[k], &eb[k], &mut x[k], &mut emax);
     }
-    // Every product truncated toward zero to units of 2^(E - n), summed exactly.
-    let mut sum = [0i32; NR];
-    for k in 0..kk {
-        let a = ma[k];
-        let mb = &mb[k];
-        let x = &x[k];
-        for l in 0..NR {
-            // A shift of 32 or more leaves nothing (`checked_shr` says so, and x86's variable shifts
-            // do it in one instruction).
-            let s = (emax[l] - x[l]) as u32;
-            let p = a * mb[l];
-            let tr = p.unsigned_abs().checked_shr(s).unwrap_or(0) as i32;
-            sum[l] += if p < 0 { -tr } else { tr };
+    // Every product truncated toward zero to units of 2^(E - n), summed exactly: in i32 lanes, `chunk`
+    // products at a time (all of them for the Hopper models; two halves of 16 for tcgen05's 32 products
+    // of 25 bits, whose full sum can pass 2^31), each partial sum then added in i64.
+    let mut total = [0i64; NR];
+    let mut k0 = 0;
+    while k0 < kk {
+        let k1 = (k0 + chunk).min(kk);
+        let mut sum = [0i32; NR];
+        for k in k0..k1 {
+            let a = ma[k];
+            let mb = &mb[k];
+            let x = &x[k];
+            for l in 0..NR {
+                // A shift of 32 or more leaves nothing (`checked_shr` says so, and x86's variable shifts
+                // do it in one instruction).
+                let s = (emax[l] - x[l]) as u32;
+                let p = a * mb[l];
+                let tr = p.unsigned_abs().checked_shr(s).unwrap_or(0) as i32;
+                sum[l] += if p < 0 { -tr } else { tr };
+            }
         }
+        for l in 0..NR {
+            total[l] += i64::from(sum[l]);
+        }
+        k0 = k1;
     }
     for l in 0..NR {
         let e = emax[l];
@@ -238,7 +253,7 @@ fn instruction(
         let m = acc.mc[l];
         let tc = (m.unsigned_abs() << sh.clamp(0, 63)) >> (-sh).clamp(0, 63);
         let tc = if m < 0 { -(tc as i64) } else { tc as i64 };
-        let s = i64::from(sum[l]) + tc;
+        let s = total[l] + tc;
         // The sum s·2^(E - n) truncated toward zero to f fraction bits below its leading bit and to
         // f32's subnormal spacing 2^-149.
         let neg = s < 0;
@@ -297,6 +312,7 @@ fn run<const MAG: bool>(
         let i1 = (i0 + t.k_inst).min(s1);
         instruction(
             t,
+            bp.chunk,
             &mut acc,
             x,
             &a.e[ar + i0..ar + i1],
@@ -345,20 +361,24 @@ fn chain<const MAG: bool>(
     }
 }
 
-/// Whether the fast path's integer lanes hold every case: `n >= Ma + Mb`, an instruction's products sum
-/// within i32, instructions of at most [`KMAX`].
-fn fast_path_fits(t: &TensorCore) -> Option<u32> {
+/// Whether the fast path's integer lanes hold every case: `n >= Ma + Mb`, one product within i32,
+/// instructions of at most [`KMAX`]. Returns the products' shift and how many of them an i32 partial sum
+/// holds (the instruction's sum is exact in i64 either way).
+fn fast_path_fits(t: &TensorCore) -> Option<(u32, usize)> {
     let (ma, mb) = (
         t.operands.0.spec().mantissa_bits,
         t.operands.1.spec().mantissa_bits,
     );
     let shift = t.n_bits.checked_sub(ma + mb)?;
     let max_p = (((1u64 << (ma + 1)) - 1) * ((1u64 << (mb + 1)) - 1)) << shift;
-    (t.k_inst >= 1
-        && t.k_inst <= KMAX
-        && max_p * t.k_inst as u64 <= i32::MAX as u64
-        && t.n_bits <= 40)
-        .then_some(shift)
+    (t.k_inst >= 1 && t.k_inst <= KMAX && max_p <= i32::MAX as u64 && t.n_bits <= 40)
+        .then_some((shift, (i32::MAX as u64 / max_p) as usize))
+}
+
+/// Whether `t` runs on the integer-lane kernel (else on the big-integer definition, far slower), for tests.
+#[doc(hidden)]
+pub fn fast_path_available(t: &TensorCore) -> bool {
+    fast_path_fits(t).is_some()
 }
 
 pub(super) fn gemm_nt_into(
@@ -433,9 +453,9 @@ fn gemm_nt_lanes<const MAG: bool, B: BoundElem>(
     if m == 0 || n == 0 {
         return;
     }
-    let fast = fast_path_fits(t).and_then(|shift| {
+    let fast = fast_path_fits(t).and_then(|(shift, chunk)| {
         let da = decompose_rows(a, t.operands.0)?;
-        let bp = panels(b, t.operands.1, shift)?;
+        let bp = panels(b, t.operands.1, shift, chunk)?;
         Some((da, bp))
     });
     let Some((da, bp)) = fast else {

@@ -36,13 +36,7 @@ const U32: f64 = 1.0 / (1u64 << 24) as f64;
 /// promotion: MMA-Sim, not checked on hardware here).
 pub fn parse_model(name: &str) -> Result<Model, EmulateError> {
     if name == "blackwell" {
-        return Ok(Model::TensorCore(TensorCore {
-            k_inst: 32,
-            n_bits: 25,
-            out_frac_bits: 23,
-            promote_every: None,
-            operands: (Format::E4M3, Format::E4M3),
-        }));
+        return Ok(Model::TensorCore(TensorCore::BLACKWELL_FP8));
     }
     Model::parse(name)
         .map_err(|_| EmulateError::Recipe(format!("unknown accumulation model '{name}'")))
