@@ -1,0 +1,107 @@
+//! Arbitrary bytes -> a case for the fast fused kernels (shape with H and I multiples of 8 up to a few tiles,
+//! seed of the bf16 values, fraction of -1 slots, either SwiGLU, engine) -> `FastLayer` forward and backward
+//! -> the stage checker (`fast::check`) against the exact oracle on every token and every weight-gradient
+//! entry, and a second run on NaN-poisoned buffers that must be bitwise the first. A bound violation, a
+//! difference between the runs, an element left unwritten or a kernel fault is a crash. Without a GPU every
+//! input is a no-op.
+//!
+//!     cargo +nightly fuzz build gpu_fast --release      (here), then on the GPU machine:
+//!     ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 REQUIRE_GPU=1 \
+//!         fuzz/target/x86_64-unknown-linux-gnu/release/gpu_fast -max_total_time=120 corpus_dir
+//! (the CUDA driver needs ASan's shadow gap unprotected; the driver's one-time allocations read as leaks).
+#![no_main]
+
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use moe_kernels::check::case;
+use moe_kernels::fast::check::{check, HostCase, Scope};
+use moe_kernels::fast::{FastDims, FastKernels, FastLayer, FastTrace, ENGINES};
+use moe_kernels::Gpu;
+use moe_reference::config::Activation;
+
+static GPU: OnceLock<Option<(Gpu, FastKernels)>> = OnceLock::new();
+
+fn bits(v: &[f64]) -> Vec<u16> {
+    v.iter().map(|&x| half::bf16::from_f64(x).to_bits()).collect()
+}
+
+/// The first tensor in which two traces differ, if any.
+fn differs(a: &FastTrace, b: &FastTrace) -> Option<&'static str> {
+    let pairs: [(&'static str, &Vec<u16>, &Vec<u16>); 10] = [
+        ("h", &a.h, &b.h),
+        ("a", &a.a, &b.a),
+        ("o", &a.o, &b.o),
+        ("y", &a.y, &b.y),
+        ("dh", &a.dh, &b.dh),
+        ("a_weighted", &a.aw, &b.aw),
+        ("dx_rows", &a.dx_rows, &b.dx_rows),
+        ("grad.x", &a.grad_x, &b.grad_x),
+        ("grad.w13", &a.grad_w13, &b.grad_w13),
+        ("grad.w2", &a.grad_w2, &b.grad_w2),
+    ];
+    if let Some((name, _, _)) = pairs.iter().find(|(_, x, y)| x != y) {
+        return Some(name);
+    }
+    let g = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    (g(&a.grad_topk_weights) != g(&b.grad_topk_weights)).then_some("grad.topk_weights")
+}
+
+fuzz_target!(|data: &[u8]| {
+    let ctx = GPU.get_or_init(|| match Gpu::open(0) {
+        Ok(g) => {
+            let k = FastKernels::load(&g, 3).expect("fast kernels compile and load");
+            Some((g, k))
+        }
+        Err(e) if moe_kernels::gpu_required() => panic!("REQUIRE_GPU=1 but no usable GPU: {e}"),
+        Err(e) => {
+            eprintln!("SKIP gpu_fast fuzzing: no usable GPU ({e}); every input is a no-op");
+            None
+        }
+    });
+    let Some((gpu, kern)) = ctx else { return };
+    let mut b = data.iter().copied().chain(std::iter::repeat(0));
+    let mut byte = || b.next().unwrap_or(0) as usize;
+    // Shapes around the tiles (128 rows, 256 columns, 64 k): T up to 300, H and I multiples of 8.
+    let t = byte() + byte() % 45;
+    let h = 8 * (1 + byte() % 33);
+    let i = 8 * (1 + byte() % 25);
+    let e = 1 + byte() % 8;
+    let k = 1 + byte() % e;
+    let act = if byte() % 2 == 0 { Activation::Swiglu } else { Activation::SwigluClamped { alpha: 1.702, limit: 7.0 } };
+    let unused = [0.0, 0.0, 0.1, 0.5, 1.0][byte() % 5];
+    let seed = 1 + (byte() as u64) * 256 + byte() as u64;
+    let usable: Vec<_> = ENGINES.iter().filter(|(_, e)| kern.wgmma || !e.0).collect();
+    let (engine_name, engine) = *usable[byte() % usable.len()];
+    let gather_first = byte() % 2 == 0;
+
+    let (_cfg, x, w13, w2, ids, w) = case(seed, t, h, i, e, k, act, unused);
+    let mut g = moe_kernels::check::Gen(seed.wrapping_mul(31).wrapping_add(7) | 1);
+    let dy: Vec<f64> = (0..t * h).map(|_| g.bf16(0.5)).collect();
+    let (xb, w13b, w2b, dyb) = (bits(x.as_slice().unwrap()), bits(w13.as_slice().unwrap()), bits(w2.as_slice().unwrap()), bits(&dy));
+    let ids_v: Vec<i32> = ids.iter().copied().collect();
+    let w_v: Vec<f32> = w.iter().copied().collect();
+    let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
+    let what = format!("seed {seed} T={t} H={h} I={i} E={e} k={k} {act:?} unused {unused} engine {engine_name} gather-first {gather_first}");
+    let run = |poison: bool| -> FastTrace {
+        let mut layer = FastLayer::new(gpu, kern, dims, act, &ids_v, &w_v).expect("layer");
+        layer.set_engine(engine).expect("engine");
+        layer.use_gather_first(gather_first);
+        layer.upload(&xb, &w13b, &w2b, &dyb).expect("upload");
+        if poison {
+            layer.poison_outputs().expect("poison");
+        }
+        layer.forward().expect("forward");
+        layer.backward().expect("backward");
+        layer.trace().expect("trace")
+    };
+    let first = run(false);
+    if let Some(name) = differs(&first, &run(true)) {
+        panic!("{what}: {name} differs between two runs (not deterministic, or an element left unwritten)");
+    }
+    let host = HostCase { dims, act, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids: &ids_v, weights: &w_v };
+    let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads: 2 };
+    if let Err(msg) = check(&host, &first, &scope) {
+        panic!("{what}: {msg}");
+    }
+});
