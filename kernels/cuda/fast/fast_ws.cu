@@ -1,5 +1,6 @@
-// Persistent, warp-specialised wgmma GEMMs (sm_90a): the same tiles, k-steps and epilogues as fast_wgmma.cu,
-// fed and scheduled differently.
+// Persistent, warp-specialised wgmma GEMMs (sm_90a): the same tiles and k-steps as fast_wgmma.cu, fed and
+// scheduled differently, and epilogues that store the same values: a warpgroup's 64 rows, when whole, go out
+// through shared memory by TMA (WsOut; bf16 by cvt.rn.bf16x2 + stmatrix), partial ones directly.
 //
 //   384 threads: warpgroup 0 is the producer (registers given back with setmaxnreg), warpgroups 1 and 2 are the
 //   consumers (wgmma on 64 rows each of the 128 x 256 tile, then the epilogue). Full/empty mbarriers per stage
@@ -17,7 +18,8 @@
 //
 //   The grid is one block per SM; block b takes tiles b, b + gridDim.x, ... of a fixed order (row tile, then
 //   column tile; for weight gradients expert, row tile, column tile). Each output tile is computed by one block
-//   with the k order of the plain kernels, so results are bitwise identical to them and run to run.
+//   with the k order of the plain kernels, so results are bitwise identical to them and run to run (for
+//   finite values: the hardware conversion makes every NaN the canonical one).
 //
 // Needs everything of fast_wgmma.cu (same translation unit).
 
