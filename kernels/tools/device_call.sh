@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# One device call for the fast kernels: the GPU tests, optional timing variants, the benches against the
+# PyTorch baseline in the same call, the demo round trip through `check`, compute-sanitizer, and the gpu_fast
+# fuzz target when it is staged. Every step is guarded by the call's elapsed time so that the summary always
+# comes back; logs go to $OUT (one file per step), the summary to stdout.
+#
+# Staged here first (the GPU machine has no Rust): `../shared/tools/gpu-pack` (or at least the moe-oracle binary
+# and the gpu_fast, gpu_layer, layer_api test binaries in .gpu/bin, and ../shared/bench/*.py in .gpu/bench);
+# for the fuzz step also `cargo +nightly fuzz build gpu_fast --release` and
+#   mkdir -p .gpu/fuzz && cp fuzz/target/x86_64-unknown-linux-gnu/release/gpu_fast .gpu/fuzz/
+# Then, through the device tool with carry [".gpu"]:
+#   bash kernels/tools/device_call.sh                       (everything, default kernels)
+#   VARIANTS="WS_GEMM1_TMA=0;WS_EXP_NO_STORE" bash kernels/tools/device_call.sh
+#       (each ;-separated MOE_FAST_DEFINES set timed on 30b first, without the baseline; see fast_ws.cu)
+#   BENCH_ONLY=1 bash kernels/tools/device_call.sh          (skip the tests, sanitizer and fuzzing)
+# Budget: about 5 minutes with everything (racecheck alone ~70 s, the two baseline benches ~2 minutes).
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export REQUIRE_GPU=1
+B=.gpu/bin
+OUT=${OUT:-/tmp/device_call}
+mkdir -p "$OUT"
+LIMIT=${LIMIT:-540} # stop starting new steps after this many seconds
+
+left() { [ $SECONDS -lt $(( LIMIT - $1 )) ]; }
+tst() { # name, timeout
+    s=$(date +%s)
+    timeout "$2" $B/$1 --test-threads=1 > "$OUT/$1.log" 2>&1
+    rc=$?
+    echo "== $1 rc $rc $(( $(date +%s) - s )) s: $(grep -E 'test result' "$OUT/$1.log" | tail -1)"
+    grep -E "panicked|FAILED" "$OUT/$1.log" | head -5
+}
+
+[ -z "${BENCH_ONLY:-}" ] && tst gpu_fast 150
+
+if [ -n "${VARIANTS:-}" ]; then
+    IFS=';' read -ra vs <<< "$VARIANTS"
+    for d in "" "${vs[@]}"; do
+        left 60 || break
+        echo "=== MOE_FAST_DEFINES=[$d] at ${SECONDS}s"
+        MOE_FAST_DEFINES="$d" timeout 60 $B/moe-oracle bench-gpu --preset qwen3-30b-a3b --tokens 16384 --engines ws \
+            --check-tokens 1 --check-wgrad 64 --reps 5 2>&1 | grep -E "fast forward|^  [gdw]|error|oracle"
+    done
+fi
+
+for preset in qwen3-30b-a3b qwen3-235b-a22b; do
+    left 110 || break
+    timeout 110 $B/moe-oracle bench-gpu --preset $preset --tokens 16384 --engines ws --check-tokens 2 --check-wgrad 128 \
+        --reps 10 --baseline .gpu/bench/torch_moe_baseline.py > "$OUT/bench-$preset.log" 2>&1
+    echo "== bench $preset rc $? at ${SECONDS}s"
+    grep -E "^  |^fast|oracle|^\||speedup|selective|kept|device memory" "$OUT/bench-$preset.log" | grep -v route
+done
+
+if [ -z "${BENCH_ONLY:-}" ]; then
+    left 40 && tst gpu_layer 30
+    left 30 && tst layer_api 20
+    if left 30; then
+        $B/moe-oracle demo -o "$OUT/demo.safetensors" --save-case "$OUT/case.safetensors" > /dev/null 2>&1
+        $B/moe-oracle run "$OUT/case.safetensors" --device cuda --kernels fast --intermediates -o "$OUT/cand.safetensors" > "$OUT/demo-run.log" 2>&1
+        echo "== run --device cuda --kernels fast rc $?"
+        $B/moe-oracle check "$OUT/case.safetensors" --candidate "$OUT/cand.safetensors" --recipe bf16 > "$OUT/demo-check.log" 2>&1
+        echo "== check --recipe bf16 rc $?"
+        rm -f "$OUT"/*.safetensors
+    fi
+    CS=/usr/local/cuda/bin/compute-sanitizer
+    for tool in memcheck racecheck; do
+        left 100 || break
+        s=$(date +%s)
+        MOE_FAST_ENGINES=ws timeout 100 $CS --tool $tool --error-exitcode 9 $B/gpu_fast --test-threads=1 \
+            fast_layer_matches_the_oracle_on_edge_shapes > "$OUT/cs-$tool.log" 2>&1
+        echo "== compute-sanitizer $tool (ws engine, edge cases) rc $? $(( $(date +%s) - s )) s"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/cs-$tool.log" | head -2
+    done
+    if [ -x .gpu/fuzz/gpu_fast ] && left 60; then
+        mkdir -p /tmp/gpu_fast_corpus
+        ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 timeout 70 .gpu/fuzz/gpu_fast -max_total_time=50 -max_len=64 \
+            /tmp/gpu_fast_corpus > "$OUT/fuzz.log" 2>&1
+        echo "== fuzz gpu_fast rc $? ($(ls /tmp/gpu_fast_corpus | wc -l) corpus units)"
+        grep -E "^#[0-9]+.*DONE|panicked|SUMMARY|crash-" "$OUT/fuzz.log" | tail -3
+    fi
+fi
+echo "total ${SECONDS}s"
