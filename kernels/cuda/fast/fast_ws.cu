@@ -158,13 +158,11 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 static_assert(WS_OUT_SLOTS >= 2 && WS_STAGE_OUT_BYTES % 8192 == 0, "the staging ring needs two or more 8 KiB slots");
 static_assert(WS_STAGES >= 2 && WS_STAGES * WG_STAGE_BYTES + 1024 + 2 * WS_STAGE_OUT_BYTES <= 230400, "shared memory beyond WS_SMEM");
 
-__device__ __forceinline__ void bulk_wait_read_n(int n) {  // all but this thread's n newest bulk groups have read their source
-    switch (n) {
-    case 0: asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); break;
-    case 1: asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory"); break;
-    case 2: asm volatile("cp.async.bulk.wait_group.read 2;\n" ::: "memory"); break;
-    default: asm volatile("cp.async.bulk.wait_group.read 6;\n" ::: "memory"); break;
-    }
+// All but this thread's N newest bulk groups have read their shared-memory source (N is the instruction's
+// immediate, so any ring size gets its exact wait).
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 
 // Shared-memory offset of byte b of row r in the 128-byte-swizzle layout of a 64 x 128-byte box.
@@ -190,7 +188,7 @@ struct WsOut {
         fill(slot);
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the writes, visible to the TMA unit
 #ifndef WS_EXP_NO_READ_WAIT  // experiment: time the epilogue without its waits (races: results wrong)
-        if (leader) bulk_wait_read_n(WS_OUT_SLOTS - 2);
+        if (leader) bulk_wait_read<WS_OUT_SLOTS - 2>();
 #endif
         consumer_sync(wg);
         if (leader) {
