@@ -26,27 +26,6 @@ fn bits(v: &[f64]) -> Vec<u16> {
     v.iter().map(|&x| half::bf16::from_f64(x).to_bits()).collect()
 }
 
-/// The first tensor in which two traces differ, if any.
-fn differs(a: &FastTrace, b: &FastTrace) -> Option<&'static str> {
-    let pairs: [(&'static str, &Vec<u16>, &Vec<u16>); 10] = [
-        ("h", &a.h, &b.h),
-        ("a", &a.a, &b.a),
-        ("o", &a.o, &b.o),
-        ("y", &a.y, &b.y),
-        ("dh", &a.dh, &b.dh),
-        ("a_weighted", &a.aw, &b.aw),
-        ("dx_rows", &a.dx_rows, &b.dx_rows),
-        ("grad.x", &a.grad_x, &b.grad_x),
-        ("grad.w13", &a.grad_w13, &b.grad_w13),
-        ("grad.w2", &a.grad_w2, &b.grad_w2),
-    ];
-    if let Some((name, _, _)) = pairs.iter().find(|(_, x, y)| x != y) {
-        return Some(name);
-    }
-    let g = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
-    (g(&a.grad_topk_weights) != g(&b.grad_topk_weights)).then_some("grad.topk_weights")
-}
-
 fuzz_target!(|data: &[u8]| {
     let ctx = GPU.get_or_init(|| match Gpu::open(0) {
         Ok(g) => {
@@ -96,8 +75,8 @@ fuzz_target!(|data: &[u8]| {
         layer.trace().expect("trace")
     };
     let first = run(false);
-    if let Some(name) = differs(&first, &run(true)) {
-        panic!("{what}: {name} differs between two runs (not deterministic, or an element left unwritten)");
+    if let Some((name, i)) = first.first_difference(&run(true)) {
+        panic!("{what}: {name} differs between two runs at {i} (not deterministic, or an element left unwritten)");
     }
     let host = HostCase { dims, act, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids: &ids_v, weights: &w_v };
     let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads: 2 };

@@ -16,36 +16,10 @@ fn bits(v: &[f64]) -> Vec<u16> {
 }
 
 fn same(a: &FastTrace, b: &FastTrace) -> Result<(), String> {
-    let pairs16: [(&str, &Vec<u16>, &Vec<u16>); 10] = [
-        ("h", &a.h, &b.h),
-        ("a", &a.a, &b.a),
-        ("o", &a.o, &b.o),
-        ("y", &a.y, &b.y),
-        ("dh", &a.dh, &b.dh),
-        ("a_weighted", &a.aw, &b.aw),
-        ("dx_rows", &a.dx_rows, &b.dx_rows),
-        ("grad.x", &a.grad_x, &b.grad_x),
-        ("grad.w13", &a.grad_w13, &b.grad_w13),
-        ("grad.w2", &a.grad_w2, &b.grad_w2),
-    ];
-    for (name, x, y) in pairs16 {
-        if x != y {
-            let i = x
-                .iter()
-                .zip(y.iter())
-                .position(|(p, q)| p != q)
-                .unwrap_or(0);
-            return Err(format!("{name} differs between runs at {i}"));
-        }
+    match a.first_difference(b) {
+        Some((name, i)) => Err(format!("{name} differs between runs at {i}")),
+        None => Ok(()),
     }
-    let (g1, g2): (Vec<u32>, Vec<u32>) = (
-        a.grad_topk_weights.iter().map(|v| v.to_bits()).collect(),
-        b.grad_topk_weights.iter().map(|v| v.to_bits()).collect(),
-    );
-    if g1 != g2 {
-        return Err("grad.topk_weights differs between runs".into());
-    }
-    Ok(())
 }
 
 /// Run one case twice (the second time on fresh buffers poisoned with NaN), demand bitwise equality, and

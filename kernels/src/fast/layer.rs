@@ -202,6 +202,46 @@ pub struct FastTrace {
     pub grad_topk_weights: Vec<f32>,
 }
 
+impl FastTrace {
+    /// The first output tensor in which two traces differ bitwise (grad.topk_weights by its f32 bits) and
+    /// the flat index of its first differing element; `None` when every output is the same: run-to-run
+    /// determinism, and the same bits from two engines or configurations.
+    pub fn first_difference(&self, other: &FastTrace) -> Option<(&'static str, usize)> {
+        fn at<T: PartialEq>(x: &[T], y: &[T]) -> Option<usize> {
+            (x.len() != y.len() || x != y).then(|| {
+                x.iter()
+                    .zip(y)
+                    .position(|(p, q)| p != q)
+                    .unwrap_or(x.len().min(y.len()))
+            })
+        }
+        let bf16: [(&'static str, &Vec<u16>, &Vec<u16>); 10] = [
+            ("h", &self.h, &other.h),
+            ("a", &self.a, &other.a),
+            ("o", &self.o, &other.o),
+            ("y", &self.y, &other.y),
+            ("dh", &self.dh, &other.dh),
+            ("a_weighted", &self.aw, &other.aw),
+            ("dx_rows", &self.dx_rows, &other.dx_rows),
+            ("grad.x", &self.grad_x, &other.grad_x),
+            ("grad.w13", &self.grad_w13, &other.grad_w13),
+            ("grad.w2", &self.grad_w2, &other.grad_w2),
+        ];
+        if let Some(d) = bf16
+            .iter()
+            .find_map(|(name, x, y)| at(x, y).map(|i| (*name, i)))
+        {
+            return Some(d);
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        at(
+            &bits(&self.grad_topk_weights),
+            &bits(&other.grad_topk_weights),
+        )
+        .map(|i| ("grad.topk_weights", i))
+    }
+}
+
 /// Views of the layer's device buffers at their exact lengths (bf16 tensors as raw bits); the same tensors
 /// as [`FastTrace`], left on the device.
 pub struct FastBuffers<'a> {
@@ -1625,6 +1665,37 @@ mod tests {
             12 * 8 + 5 * 8 + 4 * 4 + 2 * 4
         );
         assert_eq!(std::mem::align_of::<GemmParams>(), 8);
+    }
+
+    #[test]
+    fn first_difference_names_the_tensor_and_index() {
+        let t = || FastTrace {
+            row_token: vec![0],
+            row_slot: vec![0],
+            offsets: vec![0, 1],
+            slot_row: vec![0],
+            h: vec![1, 2, 3],
+            a: vec![4],
+            o: vec![5],
+            y: vec![6],
+            dh: vec![7],
+            aw: vec![8],
+            dx_rows: vec![9],
+            grad_x: vec![10],
+            grad_w13: vec![11, 12],
+            grad_w2: vec![13],
+            grad_topk_weights: vec![0.5, -0.0],
+        };
+        assert_eq!(t().first_difference(&t()), None);
+        let mut b = t();
+        b.grad_w13[1] = 0x7fc0;
+        b.h.push(0);
+        assert_eq!(t().first_difference(&b), Some(("h", 3)));
+        b.h.pop();
+        assert_eq!(t().first_difference(&b), Some(("grad.w13", 1)));
+        let mut c = t();
+        c.grad_topk_weights[1] = 0.0; // +0 against -0: equal as floats, not as bits
+        assert_eq!(t().first_difference(&c), Some(("grad.topk_weights", 1)));
     }
 
     #[test]
