@@ -98,34 +98,18 @@ fn route(x: &[u16], wr: &[u16], t: usize, h: usize, e: usize, k: usize) -> (Vec<
         .into_par_iter()
         .map(|tok| {
             let xr = &xf[tok * h..(tok + 1) * h];
-            let logits: Vec<f32> = (0..e)
-                .map(|ex| {
-                    xr.iter()
-                        .zip(&wf[ex * h..(ex + 1) * h])
-                        .map(|(a, b)| a * b)
-                        .sum()
-                })
-                .collect();
+            let logits: Vec<f32> = (0..e).map(|ex| xr.iter().zip(&wf[ex * h..(ex + 1) * h]).map(|(a, b)| a * b).sum()).collect();
             let mx = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
             let p: Vec<f32> = logits.iter().map(|l| (l - mx).exp()).collect();
             let mut order: Vec<usize> = (0..e).collect();
             order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
             let top = &order[..k];
             let s: f32 = top.iter().map(|&i| p[i]).sum();
-            (
-                top.iter().map(|&i| i as i32).collect(),
-                top.iter().map(|&i| p[i] / s).collect(),
-            )
+            (top.iter().map(|&i| i as i32).collect(), top.iter().map(|&i| p[i] / s).collect())
         })
         .collect();
-    let ids = per_token
-        .iter()
-        .flat_map(|(i, _)| i.iter().copied())
-        .collect();
-    let w = per_token
-        .iter()
-        .flat_map(|(_, w)| w.iter().copied())
-        .collect();
+    let ids = per_token.iter().flat_map(|(i, _)| i.iter().copied()).collect();
+    let w = per_token.iter().flat_map(|(_, w)| w.iter().copied()).collect();
     (ids, w)
 }
 
@@ -135,37 +119,21 @@ fn median(mut v: Vec<f32>) -> f32 {
 }
 
 /// Run the PyTorch baseline script, returning its (forward ms, forward+backward ms).
-fn baseline(
-    script: &PathBuf,
-    preset: &str,
-    tokens: usize,
-    compiled: bool,
-) -> Result<(f64, f64), CliError> {
+fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool) -> Result<(f64, f64), CliError> {
     let mut cmd = Process::new("python3");
-    cmd.arg(script)
-        .args(["--preset", preset, "--tokens", &tokens.to_string()]);
+    cmd.arg(script).args(["--preset", preset, "--tokens", &tokens.to_string()]);
     if compiled {
         cmd.arg("--compile");
     }
-    let out = cmd
-        .output()
-        .map_err(|e| fail(format!("running the baseline {}: {e}", script.display())))?;
+    let out = cmd.output().map_err(|e| fail(format!("running the baseline {}: {e}", script.display())))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().rev().find(|l| l.trim_start().starts_with('{'));
     let Some(line) = line.filter(|_| out.status.success()) else {
         let err = String::from_utf8_lossy(&out.stderr);
-        return Err(fail(format!(
-            "the baseline failed ({}): {}",
-            out.status,
-            err.lines().last().unwrap_or("")
-        )));
+        return Err(fail(format!("the baseline failed ({}): {}", out.status, err.lines().last().unwrap_or(""))));
     };
-    println!(
-        "baseline{}: {line}",
-        if compiled { " --compile" } else { "" }
-    );
-    let v: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| fail(format!("baseline output: {e}")))?;
+    println!("baseline{}: {line}", if compiled { " --compile" } else { "" });
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| fail(format!("baseline output: {e}")))?;
     match (v["fwd_ms"].as_f64(), v["fwd_bwd_ms"].as_f64()) {
         (Some(f), Some(b)) => Ok((f, b)),
         _ => Err(fail("baseline output lacks fwd_ms / fwd_bwd_ms".into())),
@@ -175,13 +143,7 @@ fn baseline(
 /// Warm up, time forward and forward+backward (medians), per-kernel times, and the oracle check, for the
 /// layer's current engine. Returns (forward ms, forward+backward ms, the check's failure if it failed): a
 /// failed check is reported after the remaining measurements, so one run shows every engine.
-fn measure(
-    layer: &mut FastLayer,
-    args: &BenchGpuArgs,
-    ids: &[i32],
-    w: &[f32],
-    (h, i, e, k): (usize, usize, usize, usize),
-) -> Result<(f32, f32, Option<String>), CliError> {
+fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (h, i, e, k): (usize, usize, usize, usize)) -> Result<(f32, f32, Option<String>), CliError> {
     let t = args.tokens;
     let dims = layer.dims;
     let flops = 2.0 * (t * k) as f64 * 3.0 * (h * i) as f64;
@@ -192,9 +154,7 @@ fn measure(
         layer.backward().map_err(gpu_err)?;
     }
     layer.sync().map_err(gpu_err)?;
-    let fwd = layer
-        .median_ms(args.reps, |l| l.forward())
-        .map_err(gpu_err)?;
+    let fwd = layer.median_ms(args.reps, |l| l.forward()).map_err(gpu_err)?;
     let both = layer
         .median_ms(args.reps, |l| {
             l.forward()?;
@@ -226,14 +186,8 @@ fn measure(
     layer.set_profiling(false);
 
     println!("-- engine {} (row GEMMs); preset {} tokens {t}: H={h} I={i} E={e} k={k}, {} dispatched rows", layer.engine(), args.preset, layer.rows);
-    println!(
-        "fast forward          {fwd:8.3} ms  {:6.1} TFLOP/s",
-        tf(flops, fwd)
-    );
-    println!(
-        "fast forward+backward {both:8.3} ms  {:6.1} TFLOP/s",
-        tf(3.0 * flops, both)
-    );
+    println!("fast forward          {fwd:8.3} ms  {:6.1} TFLOP/s", tf(flops, fwd));
+    println!("fast forward+backward {both:8.3} ms  {:6.1} TFLOP/s", tf(3.0 * flops, both));
     println!("per kernel (median of 5 profiled passes; events around each launch):");
     let gemm_flops = |name: &str| -> Option<f64> {
         let rows = layer.rows as f64;
@@ -264,35 +218,15 @@ fn measure(
         let n = args.check_tokens.min(t);
         let tr = layer.trace().map_err(gpu_err)?;
         let (xb, w13b, w2b, dyb) = layer.inputs().map_err(gpu_err)?;
-        let host = HostCase {
-            dims,
-            act: Activation::Swiglu,
-            x: &xb,
-            w13: &w13b,
-            w2: &w2b,
-            dy: &dyb,
-            ids,
-            weights: w,
-        };
+        let host = HostCase { dims, act: Activation::Swiglu, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids, weights: w };
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let scope = Scope {
-            tokens: (0..n).map(|j| j * t / n).collect(),
-            wgrad_samples: Some(args.check_wgrad),
-            threads,
-        };
+        let scope = Scope { tokens: (0..n).map(|j| j * t / n).collect(), wgrad_samples: Some(args.check_wgrad), threads };
         let started = std::time::Instant::now();
         let report = match check(&host, &tr, &scope) {
             Ok(r) => r,
             Err(m) => {
                 println!("oracle check FAILED ({}): {m}", layer.engine());
-                return Ok((
-                    fwd,
-                    both,
-                    Some(format!(
-                        "oracle check failed for engine {}: {m}",
-                        layer.engine()
-                    )),
-                ));
+                return Ok((fwd, both, Some(format!("oracle check failed for engine {}: {m}", layer.engine()))));
             }
         };
         println!(
@@ -307,12 +241,7 @@ fn measure(
 }
 
 pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
-    let (h, i, e, k) = preset(&args.preset).ok_or_else(|| {
-        fail(format!(
-            "unknown preset {:?} (qwen3-30b-a3b, qwen3-235b-a22b, olmoe-1b-7b, mixtral-8x7b)",
-            args.preset
-        ))
-    })?;
+    let (h, i, e, k) = preset(&args.preset).ok_or_else(|| fail(format!("unknown preset {:?} (qwen3-30b-a3b, qwen3-235b-a22b, olmoe-1b-7b, mixtral-8x7b)", args.preset)))?;
     let t = args.tokens;
     if t == 0 {
         return Err(fail("--tokens must be positive".into()));
@@ -321,43 +250,17 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     for name in args.engines.split(',').map(str::trim) {
         match ENGINES.iter().find(|(n, _)| *n == name) {
             Some(&(_, e)) => engines.push(e),
-            None => {
-                return Err(fail(format!(
-                    "unknown engine {name:?} ({})",
-                    ENGINES
-                        .iter()
-                        .map(|(n, _)| *n)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )))
-            }
+            None => return Err(fail(format!("unknown engine {name:?} ({})", ENGINES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")))),
         }
     }
     let gpu = Gpu::open(0).map_err(gpu_err)?;
     let kern = FastKernels::load(&gpu, args.stages).map_err(gpu_err)?;
-    println!(
-        "GPU: {} ({}), fast kernels: wgmma row GEMMs {}, mma.sync ({} cp.async stages)",
-        gpu.name,
-        kern.arch,
-        if kern.wgmma {
-            "available"
-        } else {
-            "unavailable"
-        },
-        kern.stages
-    );
+    println!("GPU: {} ({}), fast kernels: wgmma row GEMMs {}, mma.sync ({} cp.async stages)", gpu.name, kern.arch, if kern.wgmma { "available" } else { "unavailable" }, kern.stages);
     let x = uniform_bits(t * h, 1.0, args.seed);
     let wr = uniform_bits(e * h, 1.0 / (h as f32).sqrt(), args.seed ^ 0x5bd1e995);
     let (ids, w) = route(&x, &wr, t, h, e, k);
-    let dims = FastDims {
-        tokens: t,
-        hidden: h,
-        inter: i,
-        experts: e,
-        top_k: k,
-    };
-    let mut layer =
-        FastLayer::new(&gpu, &kern, dims, Activation::Swiglu, &ids, &w).map_err(gpu_err)?;
+    let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
+    let mut layer = FastLayer::new(&gpu, &kern, dims, Activation::Swiglu, &ids, &w).map_err(gpu_err)?;
     layer.fill_random(args.seed).map_err(gpu_err)?;
     layer.upload_x(&x).map_err(gpu_err)?;
 
@@ -366,10 +269,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     if !kern.wgmma {
         engines.retain(|e| !e.0);
         if engines.is_empty() {
-            return Err(fail(format!(
-                "the wgmma engines need an sm_90a GPU; this one compiles for {}",
-                kern.arch
-            )));
+            return Err(fail(format!("the wgmma engines need an sm_90a GPU; this one compiles for {}", kern.arch)));
         }
     }
     for &engine in &engines {
@@ -395,19 +295,10 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
         let (best_f, best_b) = (pf.min(cf), pb.min(cb));
         println!("| impl | fwd ms | fwd+bwd ms | fwd+bwd TFLOP/s |");
         for (name, f, b) in &results {
-            println!(
-                "| fast, {name} (this run) | {f:.3} | {b:.3} | {:.1} |",
-                tf(3.0 * flops, *b)
-            );
+            println!("| fast, {name} (this run) | {f:.3} | {b:.3} | {:.1} |", tf(3.0 * flops, *b));
         }
-        println!(
-            "| torch plain | {pf:.3} | {pb:.3} | {:.1} |",
-            tf(3.0 * flops, pb as f32)
-        );
-        println!(
-            "| torch compiled | {cf:.3} | {cb:.3} | {:.1} |",
-            tf(3.0 * flops, cb as f32)
-        );
+        println!("| torch plain | {pf:.3} | {pb:.3} | {:.1} |", tf(3.0 * flops, pb as f32));
+        println!("| torch compiled | {cf:.3} | {cb:.3} | {:.1} |", tf(3.0 * flops, cb as f32));
         println!("speedup vs the faster baseline (fastest checked engine): forward {:.2}x, forward+backward {:.2}x", best_f / fwd as f64, best_b / both as f64);
     }
     if !failures.is_empty() {
@@ -421,26 +312,12 @@ mod tests {
     use super::*;
 
     fn args(preset: &str, tokens: usize, engines: &str) -> BenchGpuArgs {
-        BenchGpuArgs {
-            preset: preset.into(),
-            tokens,
-            check_tokens: 1,
-            check_wgrad: 1,
-            reps: 1,
-            stages: 3,
-            baseline: None,
-            engines: engines.into(),
-            seed: 1,
-        }
+        BenchGpuArgs { preset: preset.into(), tokens, check_tokens: 1, check_wgrad: 1, reps: 1, stages: 3, baseline: None, engines: engines.into(), seed: 1 }
     }
 
     #[test]
     fn bad_arguments_are_errors_before_any_gpu_work() {
-        for (a, what) in [
-            (args("gpt-9", 16, "mma"), "unknown preset"),
-            (args("qwen3-30b-a3b", 0, "mma"), "--tokens"),
-            (args("qwen3-30b-a3b", 16, "mma,tpu"), "unknown engine"),
-        ] {
+        for (a, what) in [(args("gpt-9", 16, "mma"), "unknown preset"), (args("qwen3-30b-a3b", 0, "mma"), "--tokens"), (args("qwen3-30b-a3b", 16, "mma,tpu"), "unknown engine")] {
             match run(&a) {
                 Ok(()) => panic!("{what}: accepted"),
                 Err(e) => assert!(e.to_string().contains(what), "{what}: got {e}"),
@@ -459,32 +336,16 @@ mod tests {
         for tok in 0..t {
             let sel = &ids[tok * k..(tok + 1) * k];
             let ws = &w[tok * k..(tok + 1) * k];
-            assert!(
-                (ws.iter().sum::<f32>() - 1.0).abs() < 1e-5,
-                "weights of token {tok} sum to 1"
-            );
-            let logit = |ex: usize| {
-                (0..h)
-                    .map(|c| xf[tok * h + c] * wf[ex * h + c])
-                    .sum::<f64>()
-            };
-            let lowest = sel
-                .iter()
-                .map(|&s| logit(s as usize))
-                .fold(f64::INFINITY, f64::min);
+            assert!((ws.iter().sum::<f32>() - 1.0).abs() < 1e-5, "weights of token {tok} sum to 1");
+            let logit = |ex: usize| (0..h).map(|c| xf[tok * h + c] * wf[ex * h + c]).sum::<f64>();
+            let lowest = sel.iter().map(|&s| logit(s as usize)).fold(f64::INFINITY, f64::min);
             for ex in 0..e {
                 if !sel.contains(&(ex as i32)) {
-                    assert!(
-                        logit(ex) <= lowest + 1e-4,
-                        "token {tok}: expert {ex} outranks a selected one"
-                    );
+                    assert!(logit(ex) <= lowest + 1e-4, "token {tok}: expert {ex} outranks a selected one");
                 }
             }
             for j in 1..k {
-                assert!(
-                    ws[j] <= ws[j - 1] && !sel[..j].contains(&sel[j]),
-                    "token {tok}: slots in decreasing weight, distinct"
-                );
+                assert!(ws[j] <= ws[j - 1] && !sel[..j].contains(&sel[j]), "token {tok}: slots in decreasing weight, distinct");
             }
         }
     }

@@ -89,9 +89,7 @@ impl FloatDtype {
 /// Read and validate a case file.
 pub fn read_case(path: &Path, opts: ReadOptions) -> Result<Case, CaseError> {
     let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(|e| CaseError::io(path, e))?;
+    std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(|e| CaseError::io(path, e))?;
     parse_case(&bytes, opts)
 }
 
@@ -110,16 +108,11 @@ pub fn parse_case(bytes: &[u8], opts: ReadOptions) -> Result<Case, CaseError> {
     let data = &bytes[8 + header_len..];
 
     // Metadata.
-    let metadata: BTreeMap<String, String> = meta
-        .metadata()
-        .as_ref()
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-        .unwrap_or_default();
+    let metadata: BTreeMap<String, String> =
+        meta.metadata().as_ref().map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
     match metadata.get(KEY_FORMAT) {
         None => {
-            return Err(CaseError::Metadata(format!(
-                "missing `{KEY_FORMAT}` in __metadata__ (not a MoE case file?)"
-            )))
+            return Err(CaseError::Metadata(format!("missing `{KEY_FORMAT}` in __metadata__ (not a MoE case file?)")))
         }
         Some(v) if v != FORMAT => {
             return Err(CaseError::Metadata(format!(
@@ -136,20 +129,10 @@ pub fn parse_case(bytes: &[u8], opts: ReadOptions) -> Result<Case, CaseError> {
     let cfg = parse_config(&config_json)?;
 
     // Which tensors are needed, their dtypes and shapes: all from the header, before converting anything.
-    let (t, h, i, e, k) = (
-        cfg.tokens,
-        cfg.hidden,
-        cfg.intermediate,
-        cfg.experts,
-        cfg.top_k,
-    );
+    let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
     let info = |name: &str| meta.info(name);
-    let given = decide_mode(
-        &cfg,
-        info("topk_ids").is_some(),
-        info("topk_weights").is_some(),
-        info("router.weight").is_some(),
-    )?;
+    let given =
+        decide_mode(&cfg, info("topk_ids").is_some(), info("topk_weights").is_some(), info("router.weight").is_some())?;
 
     let specs: [(&'static str, Kind, Vec<usize>, bool); 8] = [
         ("x", Kind::Float, vec![t, h], true),
@@ -165,20 +148,13 @@ pub fn parse_case(bytes: &[u8], opts: ReadOptions) -> Result<Case, CaseError> {
     for (name, kind, shape, required) in &specs {
         match info(name) {
             None if *required => {
-                return Err(CaseError::Missing {
-                    name,
-                    why: "required by the case format".into(),
-                });
+                return Err(CaseError::Missing { name, why: "required by the case format".into() });
             }
             None => {}
             Some(ti) => {
                 check_dtype(name, *kind, ti.dtype)?;
                 if ti.shape != *shape {
-                    return Err(CaseError::Shape {
-                        name,
-                        expected: shape.clone(),
-                        got: ti.shape.clone(),
-                    });
+                    return Err(CaseError::Shape { name, expected: shape.clone(), got: ti.shape.clone() });
                 }
                 dtypes.insert(name.to_string(), ti.dtype);
             }
@@ -187,40 +163,16 @@ pub fn parse_case(bytes: &[u8], opts: ReadOptions) -> Result<Case, CaseError> {
 
     // Convert.
     let raw = |name: &str| -> Option<(&TensorInfo, &[u8])> {
-        meta.info(name)
-            .map(|ti| (ti, &data[ti.data_offsets.0..ti.data_offsets.1]))
+        meta.info(name).map(|ti| (ti, &data[ti.data_offsets.0..ti.data_offsets.1]))
     };
-    let float = |name: &str| {
-        raw(name).map(|(ti, b)| ArrayD::from_shape_vec(IxDyn(&ti.shape), floats(ti.dtype, b)))
-    };
-    let f2 = |name: &str| {
-        float(name).map(|a| {
-            a.expect("shape checked")
-                .into_dimensionality::<Ix2>()
-                .expect("rank 2")
-        })
-    };
-    let f3 = |name: &str| {
-        float(name).map(|a| {
-            a.expect("shape checked")
-                .into_dimensionality::<Ix3>()
-                .expect("rank 3")
-        })
-    };
-    let f1 = |name: &str| {
-        float(name).map(|a| {
-            a.expect("shape checked")
-                .into_dimensionality::<Ix1>()
-                .expect("rank 1")
-        })
-    };
+    let float = |name: &str| raw(name).map(|(ti, b)| ArrayD::from_shape_vec(IxDyn(&ti.shape), floats(ti.dtype, b)));
+    let f2 = |name: &str| float(name).map(|a| a.expect("shape checked").into_dimensionality::<Ix2>().expect("rank 2"));
+    let f3 = |name: &str| float(name).map(|a| a.expect("shape checked").into_dimensionality::<Ix3>().expect("rank 3"));
+    let f1 = |name: &str| float(name).map(|a| a.expect("shape checked").into_dimensionality::<Ix1>().expect("rank 1"));
 
     let topk_ids = if given {
         raw("topk_ids").map(|(ti, b)| {
-            let v: Vec<i32> = b
-                .chunks_exact(4)
-                .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-                .collect();
+            let v: Vec<i32> = b.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect();
             Array2::from_shape_vec((ti.shape[0], ti.shape[1]), v).expect("shape checked")
         })
     } else {
@@ -238,27 +190,18 @@ pub fn parse_case(bytes: &[u8], opts: ReadOptions) -> Result<Case, CaseError> {
         cfg,
     };
     check_values(&inputs, opts)?;
-    Ok(Case {
-        inputs,
-        config_json,
-        metadata,
-        dtypes,
-    })
+    Ok(Case { inputs, config_json, metadata, dtypes })
 }
 
 /// Check the safetensors framing and parse the header; returns (header length, header).
 pub(crate) fn parse_framing(bytes: &[u8]) -> Result<(usize, Metadata), CaseError> {
     let len = bytes.len();
     if len < 8 {
-        return Err(CaseError::Truncated(format!(
-            "{len} bytes, shorter than the 8-byte header length"
-        )));
+        return Err(CaseError::Truncated(format!("{len} bytes, shorter than the 8-byte header length")));
     }
     let n = u64::from_le_bytes(bytes[..8].try_into().unwrap());
     if n > MAX_HEADER {
-        return Err(CaseError::Malformed(format!(
-            "header length {n} exceeds {MAX_HEADER} bytes"
-        )));
+        return Err(CaseError::Malformed(format!("header length {n} exceeds {MAX_HEADER} bytes")));
     }
     let n = n as usize;
     if 8 + n > len {
@@ -277,16 +220,14 @@ pub(crate) fn parse_framing(bytes: &[u8]) -> Result<(usize, Metadata), CaseError
             let have = len - 8 - n;
             let need = declared_data_len(&bytes[8..8 + n]);
             match need {
-                Some(need) if need > have => Err(CaseError::Truncated(format!(
-                    "tensor data needs {need} bytes, file has {have}"
-                ))),
+                Some(need) if need > have => {
+                    Err(CaseError::Truncated(format!("tensor data needs {need} bytes, file has {have}")))
+                }
                 Some(need) => Err(CaseError::Malformed(format!(
                     "{} bytes after the last tensor's data (tensors cover {need} of {have})",
                     have - need
                 ))),
-                None => Err(CaseError::Malformed(
-                    "data section does not match the header".into(),
-                )),
+                None => Err(CaseError::Malformed("data section does not match the header".into())),
             }
         }
         Err(err) => Err(CaseError::Malformed(one_line(&err.to_string()))),
@@ -310,10 +251,7 @@ fn declared_data_len(header: &[u8]) -> Option<usize> {
 /// Parse `moe.config` JSON, validate it and check the size it implies.
 pub fn parse_config(json: &str) -> Result<MoeConfig, CaseError> {
     let cfg: MoeConfig = serde_json::from_str(json).map_err(|e| {
-        CaseError::Metadata(format!(
-            "`{KEY_CONFIG}` is not a valid config: {}",
-            one_line(&e.to_string())
-        ))
+        CaseError::Metadata(format!("`{KEY_CONFIG}` is not a valid config: {}", one_line(&e.to_string())))
     })?;
     cfg.validate()?;
     check_size(&cfg)?;
@@ -322,13 +260,8 @@ pub fn parse_config(json: &str) -> Result<MoeConfig, CaseError> {
 
 /// Reject configs whose tensors (inputs, outputs, intermediates) would exceed [`MAX_ELEMENTS`] elements.
 pub fn check_size(cfg: &MoeConfig) -> Result<(), CaseError> {
-    let (t, h, i, e, k) = (
-        cfg.tokens as u128,
-        cfg.hidden as u128,
-        cfg.intermediate as u128,
-        cfg.experts as u128,
-        cfg.top_k as u128,
-    );
+    let (t, h, i, e, k) =
+        (cfg.tokens as u128, cfg.hidden as u128, cfg.intermediate as u128, cfg.experts as u128, cfg.top_k as u128);
     let m = t.saturating_mul(k);
     let terms = [
         // x, dy, y, grad.x, gathered rows
@@ -355,35 +288,21 @@ pub fn check_size(cfg: &MoeConfig) -> Result<(), CaseError> {
 }
 
 /// Decide between given routing (`true`) and in-layer routing (`false`) from which tensors exist.
-fn decide_mode(
-    cfg: &MoeConfig,
-    has_ids: bool,
-    has_weights: bool,
-    has_router: bool,
-) -> Result<bool, CaseError> {
+fn decide_mode(cfg: &MoeConfig, has_ids: bool, has_weights: bool, has_router: bool) -> Result<bool, CaseError> {
     match (has_ids, has_weights) {
         (true, true) => Ok(true),
-        (true, false) => Err(CaseError::Missing {
-            name: "topk_weights",
-            why: "required with `topk_ids`".into(),
-        }),
-        (false, true) => Err(CaseError::Missing {
-            name: "topk_ids",
-            why: "required with `topk_weights`".into(),
-        }),
+        (true, false) => Err(CaseError::Missing { name: "topk_weights", why: "required with `topk_ids`".into() }),
+        (false, true) => Err(CaseError::Missing { name: "topk_ids", why: "required with `topk_weights`".into() }),
         (false, false) => {
             if cfg.routing.is_none() {
                 Err(CaseError::Missing {
                     name: "topk_ids",
-                    why:
-                        "moe.config routing is null, so `topk_ids` and `topk_weights` are required"
-                            .into(),
+                    why: "moe.config routing is null, so `topk_ids` and `topk_weights` are required".into(),
                 })
             } else if !has_router {
                 Err(CaseError::Missing {
                     name: "router.weight",
-                    why: "moe.config sets routing and no `topk_ids`/`topk_weights` are given"
-                        .into(),
+                    why: "moe.config sets routing and no `topk_ids`/`topk_weights` are given".into(),
                 })
             } else {
                 Ok(false)
@@ -403,11 +322,7 @@ fn check_dtype(name: &'static str, kind: Kind, dtype: Dtype) -> Result<(), CaseE
         Err(CaseError::Dtype {
             name,
             got: format!("{dtype:?}"),
-            expected: if kind == Kind::Float {
-                FLOAT_DTYPES
-            } else {
-                "I32"
-            },
+            expected: if kind == Kind::Float { FLOAT_DTYPES } else { "I32" },
         })
     }
 }
@@ -415,22 +330,10 @@ fn check_dtype(name: &'static str, kind: Kind, dtype: Dtype) -> Result<(), CaseE
 /// Little-endian float data of an accepted dtype, as f64 (every conversion exact).
 pub(crate) fn floats(dtype: Dtype, b: &[u8]) -> Vec<f64> {
     match dtype {
-        Dtype::F64 => b
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-            .collect(),
-        Dtype::F32 => b
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
-            .collect(),
-        Dtype::BF16 => b
-            .chunks_exact(2)
-            .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
-            .collect(),
-        Dtype::F16 => b
-            .chunks_exact(2)
-            .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
-            .collect(),
+        Dtype::F64 => b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect(),
+        Dtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
+        Dtype::BF16 => b.chunks_exact(2).map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect(),
+        Dtype::F16 => b.chunks_exact(2).map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect(),
         _ => unreachable!("dtype checked before conversion"),
     }
 }
@@ -441,28 +344,13 @@ pub fn validate_inputs(inputs: &LayerInputs, opts: ReadOptions) -> Result<(), Ca
     let cfg = &inputs.cfg;
     cfg.validate()?;
     check_size(cfg)?;
-    decide_mode(
-        cfg,
-        inputs.topk_ids.is_some(),
-        inputs.topk_weights.is_some(),
-        inputs.router_weight.is_some(),
-    )?;
-    let (t, h, i, e, k) = (
-        cfg.tokens,
-        cfg.hidden,
-        cfg.intermediate,
-        cfg.experts,
-        cfg.top_k,
-    );
+    decide_mode(cfg, inputs.topk_ids.is_some(), inputs.topk_weights.is_some(), inputs.router_weight.is_some())?;
+    let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
     let shape = |name: &'static str, got: &[usize], expected: Vec<usize>| {
         if got == expected.as_slice() {
             Ok(())
         } else {
-            Err(CaseError::Shape {
-                name,
-                expected,
-                got: got.to_vec(),
-            })
+            Err(CaseError::Shape { name, expected, got: got.to_vec() })
         }
     };
     shape("x", inputs.x.shape(), vec![t, h])?;
@@ -521,21 +409,11 @@ pub fn check_ids(ids: &Array2<i32>, experts: usize) -> Result<(), CaseError> {
                 continue;
             }
             if id < 0 || id as usize >= experts {
-                return Err(CaseError::IdOutOfRange {
-                    token: t,
-                    slot: j,
-                    id: id as i64,
-                    experts,
-                });
+                return Err(CaseError::IdOutOfRange { token: t, slot: j, id: id as i64, experts });
             }
             let s = &mut seen[id as usize];
             if s.0 == t + 1 {
-                return Err(CaseError::RepeatedId {
-                    token: t,
-                    id: id as i64,
-                    first: s.1,
-                    second: j,
-                });
+                return Err(CaseError::RepeatedId { token: t, id: id as i64, first: s.1, second: j });
             }
             *s = (t + 1, j);
         }
@@ -550,11 +428,7 @@ fn check_finite<'a>(
 ) -> Result<(), CaseError> {
     for (flat, &v) in values.enumerate() {
         if !v.is_finite() {
-            return Err(CaseError::NonFinite {
-                name,
-                index: unflatten(flat, shape),
-                value: v,
-            });
+            return Err(CaseError::NonFinite { name, index: unflatten(flat, shape), value: v });
         }
     }
     Ok(())
@@ -586,11 +460,7 @@ pub enum TensorData<'a> {
     I32(CowArray<'a, i32, IxDyn>),
     /// Data of any dtype, written as given (little-endian, as a safetensors file stores it): tensors copied
     /// unchanged from another file. `bytes` must hold exactly the shape's elements.
-    Raw {
-        dtype: Dtype,
-        shape: Vec<usize>,
-        bytes: std::borrow::Cow<'a, [u8]>,
-    },
+    Raw { dtype: Dtype, shape: Vec<usize>, bytes: std::borrow::Cow<'a, [u8]> },
 }
 
 impl<'a> TensorData<'a> {
@@ -610,10 +480,7 @@ impl<'a> TensorData<'a> {
     }
 
     /// An f64 array stored as `dtype` (rounded to nearest, ties to even, when it is narrower).
-    pub fn float_as<D: ndarray::Dimension>(
-        a: &'a ndarray::Array<f64, D>,
-        dtype: FloatDtype,
-    ) -> TensorData<'a> {
+    pub fn float_as<D: ndarray::Dimension>(a: &'a ndarray::Array<f64, D>, dtype: FloatDtype) -> TensorData<'a> {
         match dtype {
             FloatDtype::F64 => TensorData::f64(a),
             FloatDtype::F32 => TensorData::F32(CowArray::from(a.mapv(|v| v as f32).into_dyn())),
@@ -729,11 +596,7 @@ pub fn to_f16(v: f64) -> f16 {
         round_significand(v, 10)
     };
     if r.abs() > 65504.0 {
-        return if r > 0.0 {
-            f16::INFINITY
-        } else {
-            f16::NEG_INFINITY
-        };
+        return if r > 0.0 { f16::INFINITY } else { f16::NEG_INFINITY };
     }
     f16::from_f32(r as f32)
 }
@@ -747,18 +610,11 @@ pub fn write_tensors(
 ) -> Result<(), CaseError> {
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_by(|&a, &b| {
-        tensors[b]
-            .1
-            .elem_bytes()
-            .cmp(&tensors[a].1.elem_bytes())
-            .then(tensors[a].0.cmp(&tensors[b].0))
+        tensors[b].1.elem_bytes().cmp(&tensors[a].1.elem_bytes()).then(tensors[a].0.cmp(&tensors[b].0))
     });
     for w in order.windows(2) {
         if tensors[w[0]].0 == tensors[w[1]].0 {
-            return Err(CaseError::Unwritable {
-                name: tensors[w[0]].0.clone(),
-                why: "name given twice".into(),
-            });
+            return Err(CaseError::Unwritable { name: tensors[w[0]].0.clone(), why: "name given twice".into() });
         }
     }
     let mut infos = Vec::with_capacity(tensors.len());
@@ -768,30 +624,18 @@ pub fn write_tensors(
         let n = t.byte_len();
         infos.push((
             name.clone(),
-            TensorInfo {
-                dtype: t.dtype(),
-                shape: t.shape().to_vec(),
-                data_offsets: (offset, offset + n),
-            },
+            TensorInfo { dtype: t.dtype(), shape: t.shape().to_vec(), data_offsets: (offset, offset + n) },
         ));
         offset += n;
     }
-    let header_err = |e: &dyn std::fmt::Display| CaseError::Unwritable {
-        name: "(header)".into(),
-        why: one_line(&e.to_string()),
-    };
+    let header_err =
+        |e: &dyn std::fmt::Display| CaseError::Unwritable { name: "(header)".into(), why: one_line(&e.to_string()) };
     // The header as JSON with sorted keys, so equal contents give identical files. (safetensors' own
     // `Metadata` serialises `__metadata__` from a HashMap, in random order.)
     let mut header = serde_json::Map::new();
-    header.insert(
-        "__metadata__".into(),
-        serde_json::to_value(metadata).map_err(|e| header_err(&e))?,
-    );
+    header.insert("__metadata__".into(), serde_json::to_value(metadata).map_err(|e| header_err(&e))?);
     for (name, info) in &infos {
-        header.insert(
-            name.clone(),
-            serde_json::to_value(info).map_err(|e| header_err(&e))?,
-        );
+        header.insert(name.clone(), serde_json::to_value(info).map_err(|e| header_err(&e))?);
     }
     // Check it the way readers will (offsets contiguous, sizes consistent, no overflow).
     Metadata::new(None, infos).map_err(|e| header_err(&e))?;
@@ -802,10 +646,7 @@ pub fn write_tensors(
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let file_name = path
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".into());
+    let file_name = path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
     let prefix = format!(".{file_name}.");
     let mut builder = tempfile::Builder::new();
     builder.prefix(&prefix).suffix(".tmp");
@@ -815,9 +656,7 @@ pub fn write_tensors(
         use std::os::unix::fs::PermissionsExt;
         builder.permissions(std::fs::Permissions::from_mode(0o666));
     }
-    let tmp = builder
-        .tempfile_in(dir)
-        .map_err(|e| CaseError::io(dir, e))?;
+    let tmp = builder.tempfile_in(dir).map_err(|e| CaseError::io(dir, e))?;
     {
         let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
         let res = (|| {
@@ -830,8 +669,7 @@ pub fn write_tensors(
         })();
         res.map_err(|e| CaseError::io(tmp.path(), e))?;
     }
-    tmp.persist(path)
-        .map_err(|e| CaseError::io(path, e.error))?;
+    tmp.persist(path).map_err(|e| CaseError::io(path, e.error))?;
     Ok(())
 }
 
@@ -840,19 +678,12 @@ pub fn format_metadata(config_json: &str) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
     m.insert(KEY_FORMAT.to_string(), FORMAT.to_string());
     m.insert(KEY_CONFIG.to_string(), config_json.to_string());
-    m.insert(
-        KEY_WRITER.to_string(),
-        concat!("moe-oracle ", env!("CARGO_PKG_VERSION")).to_string(),
-    );
+    m.insert(KEY_WRITER.to_string(), concat!("moe-oracle ", env!("CARGO_PKG_VERSION")).to_string());
     m
 }
 
 /// Write the oracle's outputs ([`output_tensors`]) with the format metadata and the case's config string.
-pub fn write_outputs(
-    path: &Path,
-    config_json: &str,
-    tensors: &[(String, TensorData<'_>)],
-) -> Result<(), CaseError> {
+pub fn write_outputs(path: &Path, config_json: &str, tensors: &[(String, TensorData<'_>)]) -> Result<(), CaseError> {
     write_tensors(path, &format_metadata(config_json), tensors)
 }
 
@@ -873,10 +704,7 @@ fn to_i32(name: &str, v: &[usize]) -> Result<Array1<i32>, CaseError> {
         .map(|&x| i32::try_from(x))
         .collect::<Result<Vec<i32>, _>>()
         .map(Array1::from)
-        .map_err(|_| CaseError::Unwritable {
-            name: name.into(),
-            why: "value exceeds the I32 range".into(),
-        })
+        .map_err(|_| CaseError::Unwritable { name: name.into(), why: "value exceeds the I32 range".into() })
 }
 
 /// The tensors of an output file, named as in the format: `y`; with a backward pass `grad.x`, `grad.w13`,
@@ -901,25 +729,13 @@ pub fn output_tensors<'a>(
         }
     }
     if fwd.routed.is_some() {
-        put(
-            "topk_ids",
-            TensorData::I32(CowArray::from(fwd.topk_ids.view().into_dyn())),
-        );
+        put("topk_ids", TensorData::I32(CowArray::from(fwd.topk_ids.view().into_dyn())));
         put("topk_weights", TensorData::f64(&fwd.topk_weights));
     }
     if intermediates {
-        put(
-            "fwd.row_token",
-            TensorData::i32_owned(to_i32("fwd.row_token", &fwd.rows.row_token)?),
-        );
-        put(
-            "fwd.row_slot",
-            TensorData::i32_owned(to_i32("fwd.row_slot", &fwd.rows.row_slot)?),
-        );
-        put(
-            "fwd.expert_offsets",
-            TensorData::i32_owned(to_i32("fwd.expert_offsets", &fwd.rows.expert_offsets)?),
-        );
+        put("fwd.row_token", TensorData::i32_owned(to_i32("fwd.row_token", &fwd.rows.row_token)?));
+        put("fwd.row_slot", TensorData::i32_owned(to_i32("fwd.row_slot", &fwd.rows.row_slot)?));
+        put("fwd.expert_offsets", TensorData::i32_owned(to_i32("fwd.expert_offsets", &fwd.rows.expert_offsets)?));
         put("fwd.h", TensorData::f64(&fwd.h));
         put("fwd.a", TensorData::f64(&fwd.a));
         put("fwd.o", TensorData::f64(&fwd.o));
@@ -950,10 +766,7 @@ pub fn case_tensors(inputs: &LayerInputs, dtype: FloatDtype) -> Vec<(String, Ten
         ("w2".to_string(), TensorData::float_as(&inputs.w2, dtype)),
     ];
     if let Some(a) = &inputs.topk_ids {
-        out.push((
-            "topk_ids".into(),
-            TensorData::I32(CowArray::from(a.view().into_dyn())),
-        ));
+        out.push(("topk_ids".into(), TensorData::I32(CowArray::from(a.view().into_dyn()))));
     }
     if let Some(a) = &inputs.topk_weights {
         out.push(("topk_weights".into(), TensorData::float_as(a, dtype)));

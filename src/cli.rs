@@ -34,11 +34,7 @@ pub const EXIT_ERROR: i32 = 2;
 pub const EXIT_FAILED: i32 = 1;
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "moe-oracle",
-    version,
-    about = "Exact CPU oracle for Mixture-of-Experts layers"
-)]
+#[command(name = "moe-oracle", version, about = "Exact CPU oracle for Mixture-of-Experts layers")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -265,12 +261,7 @@ fn ms(t: Instant) -> f64 {
 
 /// Fail early (before any computation) when the output cannot be created.
 pub(crate) fn check_output(path: &Path) -> Result<(), CliError> {
-    let err = |why: String| {
-        Err(CliError::Output {
-            path: path.to_path_buf(),
-            why,
-        })
-    };
+    let err = |why: String| Err(CliError::Output { path: path.to_path_buf(), why });
     if path.as_os_str().is_empty() {
         return err("empty path".into());
     }
@@ -304,19 +295,12 @@ pub fn execute(
     out: &Path,
     common: &CommonArgs,
 ) -> Result<RunSummary, CliError> {
-    let p = Progress {
-        quiet: common.quiet,
-    };
-    let opt = Options {
-        engine: common.engine.into(),
-    };
+    let p = Progress { quiet: common.quiet };
+    let opt = Options { engine: common.engine.into() };
     let t = Instant::now();
     let fwd = layer::forward(inputs, opt);
     let forward_ms = ms(t);
-    p.line(format_args!(
-        "forward: {} dispatched rows in {forward_ms:.1} ms",
-        fwd.rows.rows()
-    ));
+    p.line(format_args!("forward: {} dispatched rows in {forward_ms:.1} ms", fwd.rows.rows()));
     let (bwd, backward_ms) = match &inputs.dy {
         Some(dy) => {
             let t = Instant::now();
@@ -331,28 +315,14 @@ pub fn execute(
         }
     };
     let t = Instant::now();
-    let tensors = case::output_tensors(&fwd, bwd.as_ref(), common.intermediates).map_err(|e| {
-        CliError::Write {
-            path: out.to_path_buf(),
-            source: e,
-        }
-    })?;
-    case::write_outputs(out, config_json, &tensors).map_err(|e| CliError::Write {
-        path: out.to_path_buf(),
-        source: e,
-    })?;
-    p.line(format_args!(
-        "wrote {} tensors to {} in {:.1} ms",
-        tensors.len(),
-        out.display(),
-        ms(t)
-    ));
+    let tensors = case::output_tensors(&fwd, bwd.as_ref(), common.intermediates)
+        .map_err(|e| CliError::Write { path: out.to_path_buf(), source: e })?;
+    case::write_outputs(out, config_json, &tensors)
+        .map_err(|e| CliError::Write { path: out.to_path_buf(), source: e })?;
+    p.line(format_args!("wrote {} tensors to {} in {:.1} ms", tensors.len(), out.display(), ms(t)));
     let y_norm = fwd.y.iter().map(|v| v * v).sum::<f64>().sqrt();
     Ok(RunSummary {
-        tensors: tensors
-            .iter()
-            .map(|(n, t)| (n.clone(), t.shape().to_vec()))
-            .collect(),
+        tensors: tensors.iter().map(|(n, t)| (n.clone(), t.shape().to_vec())).collect(),
         y_norm,
         rows: fwd.rows.rows(),
         forward_ms,
@@ -369,8 +339,7 @@ fn print_summary(title: &str, s: &RunSummary, out: &Path) {
         s.rows,
         s.y_norm,
         s.forward_ms,
-        s.backward_ms
-            .map_or("skipped".to_string(), |b| format!("{b:.1} ms"))
+        s.backward_ms.map_or("skipped".to_string(), |b| format!("{b:.1} ms"))
     );
     let _ = writeln!(o, "  wrote {}:", out.display());
     for (name, shape) in &s.tensors {
@@ -380,17 +349,10 @@ fn print_summary(title: &str, s: &RunSummary, out: &Path) {
 
 fn run_case(path: &Path, args: &RunArgs) -> Result<(), CliError> {
     check_output(&args.output)?;
-    let p = Progress {
-        quiet: args.common.quiet,
-    };
+    let p = Progress { quiet: args.common.quiet };
     let t = Instant::now();
-    let opts = ReadOptions {
-        allow_nonfinite: args.allow_nonfinite,
-    };
-    let case = case::read_case(path, opts).map_err(|e| CliError::Case {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
+    let opts = ReadOptions { allow_nonfinite: args.allow_nonfinite };
+    let case = case::read_case(path, opts).map_err(|e| CliError::Case { path: path.to_path_buf(), source: e })?;
     let c = &case.inputs.cfg;
     p.line(format_args!(
         "read {}: T={} H={} I={} E={} k={} ({} routing{}) in {:.1} ms",
@@ -400,68 +362,28 @@ fn run_case(path: &Path, args: &RunArgs) -> Result<(), CliError> {
         c.intermediate,
         c.experts,
         c.top_k,
-        if case.routes_itself() {
-            "computed"
-        } else {
-            "given"
-        },
-        if case.inputs.dy.is_some() {
-            ", with dy"
-        } else {
-            ""
-        },
+        if case.routes_itself() { "computed" } else { "given" },
+        if case.inputs.dy.is_some() { ", with dy" } else { "" },
         ms(t)
     ));
     if args.device == DeviceArg::Cuda {
         let t = Instant::now();
-        let n = crate::gpu::run_on_gpu(
-            &case.inputs,
-            &case.config_json,
-            &args.output,
-            args.common.intermediates,
-            args.kernels,
-        )?;
-        println!(
-            "moe-oracle run {} --device cuda: wrote {n} tensors to {} in {:.1} ms",
-            path.display(),
-            args.output.display(),
-            ms(t)
-        );
+        let n = crate::gpu::run_on_gpu(&case.inputs, &case.config_json, &args.output, args.common.intermediates, args.kernels)?;
+        println!("moe-oracle run {} --device cuda: wrote {n} tensors to {} in {:.1} ms", path.display(), args.output.display(), ms(t));
         return Ok(());
     }
     if let Some(r) = &args.recipe {
         let recipe = crate::emulated::load_recipe(r, args.accumulate.as_deref())?;
-        let s = crate::emulated::execute(
-            &case.inputs,
-            &case.config_json,
-            &args.output,
-            &args.common,
-            &recipe,
-            args.bounds,
-            args.compare_exact,
-        )?;
-        print_summary(
-            &format!("moe-oracle run {} --recipe {}", path.display(), recipe.name),
-            &s,
-            &args.output,
-        );
+        let s = crate::emulated::execute(&case.inputs, &case.config_json, &args.output, &args.common, &recipe, args.bounds, args.compare_exact)?;
+        print_summary(&format!("moe-oracle run {} --recipe {}", path.display(), recipe.name), &s, &args.output);
         return Ok(());
     }
     let s = execute(&case.inputs, &case.config_json, &args.output, &args.common)?;
-    print_summary(
-        &format!("moe-oracle run {}", path.display()),
-        &s,
-        &args.output,
-    );
+    print_summary(&format!("moe-oracle run {}", path.display()), &s, &args.output);
     Ok(())
 }
 
-fn run_demo(
-    output: &Path,
-    seed: u64,
-    save_case: Option<&Path>,
-    common: &CommonArgs,
-) -> Result<(), CliError> {
+fn run_demo(output: &Path, seed: u64, save_case: Option<&Path>, common: &CommonArgs) -> Result<(), CliError> {
     check_output(output)?;
     if let Some(c) = save_case {
         check_output(c)?;
@@ -470,10 +392,8 @@ fn run_demo(
     case::validate_inputs(&inputs, ReadOptions::default()).map_err(CliError::Inputs)?;
     let cfg_json = case::config_json(&inputs.cfg);
     if let Some(c) = save_case {
-        case::write_case(c, &inputs, FloatDtype::BF16).map_err(|e| CliError::Write {
-            path: c.to_path_buf(),
-            source: e,
-        })?;
+        case::write_case(c, &inputs, FloatDtype::BF16)
+            .map_err(|e| CliError::Write { path: c.to_path_buf(), source: e })?;
     }
     let s = execute(&inputs, &cfg_json, output, common)?;
     let c = &inputs.cfg;
@@ -496,45 +416,20 @@ fn run_demo_gpu(args: &RunArgs) -> Result<(), CliError> {
     case::validate_inputs(&inputs, ReadOptions::default()).map_err(CliError::Inputs)?;
     let cfg_json = case::config_json(&inputs.cfg);
     let t = Instant::now();
-    let n = crate::gpu::run_on_gpu(
-        &inputs,
-        &cfg_json,
-        &args.output,
-        args.common.intermediates,
-        args.kernels,
-    )?;
-    println!(
-        "moe-oracle run --demo --device cuda: wrote {n} tensors to {} in {:.1} ms",
-        args.output.display(),
-        ms(t)
-    );
+    let n = crate::gpu::run_on_gpu(&inputs, &cfg_json, &args.output, args.common.intermediates, args.kernels)?;
+    println!("moe-oracle run --demo --device cuda: wrote {n} tensors to {} in {:.1} ms", args.output.display(), ms(t));
     Ok(())
 }
 
 /// `run --demo --recipe R`: the demo case under an emulated recipe.
 fn run_demo_recipe(args: &RunArgs) -> Result<(), CliError> {
     check_output(&args.output)?;
-    let recipe = crate::emulated::load_recipe(
-        args.recipe.as_deref().unwrap_or("bf16"),
-        args.accumulate.as_deref(),
-    )?;
+    let recipe = crate::emulated::load_recipe(args.recipe.as_deref().unwrap_or("bf16"), args.accumulate.as_deref())?;
     let inputs = demo::demo_inputs(1);
     case::validate_inputs(&inputs, ReadOptions::default()).map_err(CliError::Inputs)?;
     let cfg_json = case::config_json(&inputs.cfg);
-    let s = crate::emulated::execute(
-        &inputs,
-        &cfg_json,
-        &args.output,
-        &args.common,
-        &recipe,
-        args.bounds,
-        args.compare_exact,
-    )?;
-    print_summary(
-        &format!("moe-oracle run --demo --recipe {}", recipe.name),
-        &s,
-        &args.output,
-    );
+    let s = crate::emulated::execute(&inputs, &cfg_json, &args.output, &args.common, &recipe, args.bounds, args.compare_exact)?;
+    print_summary(&format!("moe-oracle run --demo --recipe {}", recipe.name), &s, &args.output);
     Ok(())
 }
 
@@ -565,28 +460,16 @@ fn round_to_f32(fmt: Format, x: f64, overflow: Overflow) -> f32 {
 
 /// Round every float tensor of `input` to `fmt` and write the file to `output` (F32 values, other tensors
 /// and the metadata unchanged). Nothing is written when anything fails.
-pub fn cast_file(
-    input: &Path,
-    output: &Path,
-    fmt: Format,
-    overflow: Overflow,
-) -> Result<Vec<CastedTensor>, CliError> {
+pub fn cast_file(input: &Path, output: &Path, fmt: Format, overflow: Overflow) -> Result<Vec<CastedTensor>, CliError> {
     use safetensors::Dtype;
     check_output(output)?;
-    let case_err = |e: CaseError| CliError::Case {
-        path: input.to_path_buf(),
-        source: e,
-    };
+    let case_err = |e: CaseError| CliError::Case { path: input.to_path_buf(), source: e };
     let bytes = std::fs::read(input).map_err(|e| case_err(CaseError::io(input, e)))?;
     let (header_len, meta) = case::parse_framing(&bytes).map_err(case_err)?;
     let data = &bytes[8 + header_len..];
-    let metadata: std::collections::BTreeMap<String, String> = meta
-        .metadata()
-        .as_ref()
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-        .unwrap_or_default();
-    let mut infos: Vec<(String, &safetensors::tensor::TensorInfo)> =
-        meta.tensors().into_iter().collect();
+    let metadata: std::collections::BTreeMap<String, String> =
+        meta.metadata().as_ref().map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
+    let mut infos: Vec<(String, &safetensors::tensor::TensorInfo)> = meta.tensors().into_iter().collect();
     infos.sort_by(|a, b| a.0.cmp(&b.0));
 
     let mut tensors: Vec<(String, case::TensorData<'_>)> = Vec::with_capacity(infos.len());
@@ -601,16 +484,10 @@ pub fn cast_file(
             changed: 0,
             overflowed: 0,
         };
-        if matches!(
-            info.dtype,
-            Dtype::F64 | Dtype::F32 | Dtype::BF16 | Dtype::F16
-        ) {
+        if matches!(info.dtype, Dtype::F64 | Dtype::F32 | Dtype::BF16 | Dtype::F16) {
             use rayon::prelude::*;
             let values = case::floats(info.dtype, raw);
-            let rounded: Vec<f32> = values
-                .par_iter()
-                .map(|&x| round_to_f32(fmt, x, overflow))
-                .collect();
+            let rounded: Vec<f32> = values.par_iter().map(|&x| round_to_f32(fmt, x, overflow)).collect();
             for (&x, &q) in values.iter().zip(&rounded) {
                 let q = f64::from(q);
                 t.changed += usize::from(q != x && !(q.is_nan() && x.is_nan()));
@@ -622,39 +499,23 @@ pub fn cast_file(
             tensors.push((name, case::TensorData::F32(ndarray::CowArray::from(a))));
         } else {
             let bytes = std::borrow::Cow::Borrowed(raw);
-            tensors.push((
-                name,
-                case::TensorData::Raw {
-                    dtype: info.dtype,
-                    shape: info.shape.clone(),
-                    bytes,
-                },
-            ));
+            tensors.push((name, case::TensorData::Raw { dtype: info.dtype, shape: info.shape.clone(), bytes }));
         }
         report.push(t);
     }
-    case::write_tensors(output, &metadata, &tensors).map_err(|e| CliError::Write {
-        path: output.to_path_buf(),
-        source: e,
-    })?;
+    case::write_tensors(output, &metadata, &tensors)
+        .map_err(|e| CliError::Write { path: output.to_path_buf(), source: e })?;
     Ok(report)
 }
 
 fn run_cast(args: &CastArgs) -> Result<(), CliError> {
     let p = Progress { quiet: args.quiet };
     let fmt = Format::from(args.format);
-    let (overflow, mode) = if args.saturate {
-        (Overflow::Saturate, "saturating")
-    } else {
-        (Overflow::NonSaturating, "non-saturating")
-    };
+    let (overflow, mode) =
+        if args.saturate { (Overflow::Saturate, "saturating") } else { (Overflow::NonSaturating, "non-saturating") };
     let t = Instant::now();
     let report = cast_file(&args.input, &args.output, fmt, overflow)?;
-    p.line(format_args!(
-        "cast {} tensors to {fmt} ({mode}) in {:.1} ms",
-        report.len(),
-        ms(t)
-    ));
+    p.line(format_args!("cast {} tensors to {fmt} ({mode}) in {:.1} ms", report.len(), ms(t)));
     let mut o = std::io::stdout().lock();
     let _ = writeln!(o, "moe-oracle cast {}: {fmt}, {mode}", args.input.display());
     let _ = writeln!(o, "  wrote {}:", args.output.display());
@@ -677,14 +538,8 @@ fn run_cast(args: &CastArgs) -> Result<(), CliError> {
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match &cli.command {
-        Command::Run(args)
-            if args.kernels != crate::gpu::KernelChoice::Simple
-                && args.device != DeviceArg::Cuda =>
-        {
-            Err(
-                crate::gpu::GpuRunError::Unsupported("--kernels fast needs --device cuda".into())
-                    .into(),
-            )
+        Command::Run(args) if args.kernels != crate::gpu::KernelChoice::Simple && args.device != DeviceArg::Cuda => {
+            Err(crate::gpu::GpuRunError::Unsupported("--kernels fast needs --device cuda".into()).into())
         }
         Command::Run(args) => match (&args.case, args.demo) {
             (Some(path), false) => run_case(path, args),
@@ -693,12 +548,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             _ => run_demo(&args.output, 1, None, &args.common),
         },
         Command::Recipes(args) => crate::emulated::recipes(args.show.as_deref()),
-        Command::Demo(args) => run_demo(
-            &args.output,
-            args.seed,
-            args.save_case.as_deref(),
-            &args.common,
-        ),
+        Command::Demo(args) => run_demo(&args.output, args.seed, args.save_case.as_deref(), &args.common),
         Command::Cast(args) => run_cast(args),
         Command::Golden(args) => crate::golden::run_cli(args),
         Command::Check(args) => crate::check::run(args),
@@ -763,10 +613,7 @@ pub fn guarded<F: FnOnce() -> Result<(), CliError>>(f: F) -> i32 {
     std::panic::set_hook(Box::new(|info| {
         let mut slot = PANIC_MESSAGE.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
-            let place = info
-                .location()
-                .map(|l| format!(" at {}:{}", l.file(), l.line()))
-                .unwrap_or_default();
+            let place = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
             *slot = Some(format!("{}{place}", payload_text(info.payload())));
         }
     }));
@@ -785,9 +632,7 @@ pub fn guarded<F: FnOnce() -> Result<(), CliError>>(f: F) -> i32 {
                 .unwrap_or_else(|p| p.into_inner())
                 .take()
                 .unwrap_or_else(|| payload_text(payload.as_ref()));
-            print_error(&format!(
-                "internal error (panic: {msg}); please report this with the case file"
-            ));
+            print_error(&format!("internal error (panic: {msg}); please report this with the case file"));
             EXIT_ERROR
         }
     }
@@ -805,17 +650,12 @@ mod tests {
         assert_eq!(
             guarded(|| {
                 use rayon::prelude::*;
-                (0..64)
-                    .into_par_iter()
-                    .for_each(|i| assert!(i != 37, "worker {i}"));
+                (0..64).into_par_iter().for_each(|i| assert!(i != 37, "worker {i}"));
                 Ok(())
             }),
             EXIT_ERROR
         );
-        let e = CliError::Output {
-            path: "a/b".into(),
-            why: "x".into(),
-        };
+        let e = CliError::Output { path: "a/b".into(), why: "x".into() };
         assert_eq!(guarded(move || Err(e)), EXIT_ERROR);
     }
 }

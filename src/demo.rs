@@ -51,12 +51,7 @@ pub fn demo_config() -> MoeConfig {
         experts: 8,
         top_k: 2,
         activation: Activation::Swiglu,
-        routing: Some(Routing {
-            score: Score::Softmax,
-            normalize_topk: true,
-            scaling: 1.0,
-            groups: None,
-        }),
+        routing: Some(Routing { score: Score::Softmax, normalize_topk: true, scaling: 1.0, groups: None }),
         recipe: "bf16".to_string(),
         ep_ranks: 1,
     }
@@ -66,13 +61,7 @@ pub fn demo_config() -> MoeConfig {
 /// `router.weight`, `dy`, deterministic in `seed`.
 pub fn random_inputs(cfg: &MoeConfig, seed: u64) -> LayerInputs {
     let mut g = XorShift::new(seed);
-    let (t, h, i, e, k) = (
-        cfg.tokens,
-        cfg.hidden,
-        cfg.intermediate,
-        cfg.experts,
-        cfg.top_k,
-    );
+    let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
     let x = Array2::from_shape_simple_fn((t, h), || g.bf16_value(1.0));
     let w13 = Array3::from_shape_simple_fn((e, 2 * i, h), || g.bf16_value(1.0 / (h as f64).sqrt()));
     let w2 = Array3::from_shape_simple_fn((e, h, i), || g.bf16_value(1.0 / (i as f64).sqrt()));
@@ -89,21 +78,10 @@ pub fn random_inputs(cfg: &MoeConfig, seed: u64) -> LayerInputs {
                 ids[[tok, j]] = ((start + j) % e) as i32;
             }
         }
-        let w =
-            Array2::from_shape_simple_fn((t, k), || to_bf16(0.5 * (g.uniform() + 1.0)).to_f64());
+        let w = Array2::from_shape_simple_fn((t, k), || to_bf16(0.5 * (g.uniform() + 1.0)).to_f64());
         (Some(ids), Some(w), None, None)
     };
-    LayerInputs {
-        cfg: cfg.clone(),
-        x,
-        w13,
-        w2,
-        topk_ids,
-        topk_weights,
-        router_weight,
-        router_bias,
-        dy: Some(dy),
-    }
+    LayerInputs { cfg: cfg.clone(), x, w13, w2, topk_ids, topk_weights, router_weight, router_bias, dy: Some(dy) }
 }
 
 /// The demo case.

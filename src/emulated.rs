@@ -24,17 +24,10 @@ pub fn load_recipe(spec: &str, accumulate: Option<&str>) -> Result<Recipe, CliEr
     let r = match Recipe::named(spec) {
         Some(r) => r,
         None if spec.ends_with(".json") => {
-            let text = std::fs::read_to_string(spec)
-                .map_err(|e| CliError::Recipe(format!("recipe file {spec}: {e}")))?;
-            serde_json::from_str(&text)
-                .map_err(|e| CliError::Recipe(format!("recipe file {spec}: {e}")))?
+            let text = std::fs::read_to_string(spec).map_err(|e| CliError::Recipe(format!("recipe file {spec}: {e}")))?;
+            serde_json::from_str(&text).map_err(|e| CliError::Recipe(format!("recipe file {spec}: {e}")))?
         }
-        None => {
-            return Err(CliError::Recipe(format!(
-                "unknown recipe '{spec}' (named: {}; or a .json file)",
-                NAMED.join(", ")
-            )))
-        }
+        None => return Err(CliError::Recipe(format!("unknown recipe '{spec}' (named: {}; or a .json file)", NAMED.join(", ")))),
     };
     Ok(match accumulate {
         Some(m) => r.with_accumulate(m),
@@ -48,45 +41,20 @@ fn quantised_tensors(q: &Quantised) -> Vec<(String, TensorData<'static>)> {
     let shape = q.q.shape().to_vec();
     let payload = match q.format {
         Format::E4M3 | Format::E5M2 => {
-            let dtype = if q.format == Format::E4M3 {
-                Dtype::F8_E4M3
-            } else {
-                Dtype::F8_E5M2
-            };
-            let bytes: Vec<u8> =
-                q.q.iter()
-                    .map(|&v| formats::encode(q.format, v, Overflow::Saturate) as u8)
-                    .collect();
-            TensorData::Raw {
-                dtype,
-                shape,
-                bytes: bytes.into(),
-            }
+            let dtype = if q.format == Format::E4M3 { Dtype::F8_E4M3 } else { Dtype::F8_E5M2 };
+            let bytes: Vec<u8> = q.q.iter().map(|&v| formats::encode(q.format, v, Overflow::Saturate) as u8).collect();
+            TensorData::Raw { dtype, shape, bytes: bytes.into() }
         }
         _ => TensorData::F32(q.q.mapv(|v| v as f32).into()),
     };
-    let pow2 = q
-        .scale
-        .iter()
-        .all(|&s| s > 0.0 && s.log2().fract() == 0.0 && (-127.0..=127.0).contains(&s.log2()));
+    let pow2 = q.scale.iter().all(|&s| s > 0.0 && s.log2().fract() == 0.0 && (-127.0..=127.0).contains(&s.log2()));
     let scale = if pow2 && q.format != Format::Bf16 && q.block.contains("x32") {
-        let bytes: Vec<u8> = q
-            .scale
-            .iter()
-            .map(|&s| (s.log2() as i32 + 127) as u8)
-            .collect();
-        TensorData::Raw {
-            dtype: Dtype::F8_E8M0,
-            shape: q.scale.shape().to_vec(),
-            bytes: bytes.into(),
-        }
+        let bytes: Vec<u8> = q.scale.iter().map(|&s| (s.log2() as i32 + 127) as u8).collect();
+        TensorData::Raw { dtype: Dtype::F8_E8M0, shape: q.scale.shape().to_vec(), bytes: bytes.into() }
     } else {
         TensorData::F32(q.scale.mapv(|v| v as f32).into())
     };
-    vec![
-        (q.name.clone(), payload),
-        (format!("{}.scale", q.name), scale),
-    ]
+    vec![(q.name.clone(), payload), (format!("{}.scale", q.name), scale)]
 }
 
 /// F64 tensors whose values are f32 numbers (the emulator's results) written as F32.
@@ -112,43 +80,25 @@ pub fn execute(
     write_bounds: bool,
     compare_exact: bool,
 ) -> Result<RunSummary, CliError> {
-    let opt = Options {
-        engine: common.engine.into(),
-    };
+    let opt = Options { engine: common.engine.into() };
     let say = |m: String| {
         if !common.quiet {
             let _ = writeln!(std::io::stderr(), "moe-oracle: {m}");
         }
     };
     let t = Instant::now();
-    let em: Emulated = emulate::run_with(inputs, recipe, opt, common.intermediates)
-        .map_err(|e| CliError::Recipe(e.to_string()))?;
+    let em: Emulated = emulate::run_with(inputs, recipe, opt, common.intermediates).map_err(|e| CliError::Recipe(e.to_string()))?;
     let emulate_ms = t.elapsed().as_secs_f64() * 1e3;
-    say(format!(
-        "recipe {}: emulated forward{} in {emulate_ms:.1} ms",
-        recipe.name,
-        if em.bwd.is_some() {
-            " and backward"
-        } else {
-            ""
-        }
-    ));
+    say(format!("recipe {}: emulated forward{} in {emulate_ms:.1} ms", recipe.name, if em.bwd.is_some() { " and backward" } else { "" }));
 
-    let mut tensors: Vec<(String, TensorData<'static>)> =
-        case::output_tensors(&em.fwd, em.bwd.as_ref(), common.intermediates)
-            .map_err(|e| CliError::Write {
-                path: out.to_path_buf(),
-                source: e,
-            })?
-            .into_iter()
-            .filter(|(n, _)| !matches!(n.as_str(), "fwd.logits" | "fwd.scores" | "bwd.dlogits"))
-            .map(|(n, t)| (n, as_f32(t)))
-            .collect();
+    let mut tensors: Vec<(String, TensorData<'static>)> = case::output_tensors(&em.fwd, em.bwd.as_ref(), common.intermediates)
+        .map_err(|e| CliError::Write { path: out.to_path_buf(), source: e })?
+        .into_iter()
+        .filter(|(n, _)| !matches!(n.as_str(), "fwd.logits" | "fwd.scores" | "bwd.dlogits"))
+        .map(|(n, t)| (n, as_f32(t)))
+        .collect();
     let mut meta = BTreeMap::new();
-    meta.insert(
-        "moe.recipe".to_string(),
-        serde_json::to_string(recipe).expect("a recipe serialises"),
-    );
+    meta.insert("moe.recipe".to_string(), serde_json::to_string(recipe).expect("a recipe serialises"));
     meta.insert("moe.emulated".to_string(), "true".to_string());
     if common.intermediates {
         for q in &em.quantised {
@@ -159,61 +109,31 @@ pub fn execute(
     if write_bounds {
         for (name, b) in &em.bounds {
             if common.intermediates || !name.starts_with("fwd.") && !name.starts_with("bwd.") {
-                tensors.push((
-                    format!("bound.{name}"),
-                    TensorData::F64(b.mapv(f64::from).into()),
-                ));
+                tensors.push((format!("bound.{name}"), TensorData::F64(b.mapv(f64::from).into())));
             }
         }
     }
-    case::write_outputs_meta(out, config_json, &meta, &tensors).map_err(|e| CliError::Write {
-        path: out.to_path_buf(),
-        source: e,
-    })?;
+    case::write_outputs_meta(out, config_json, &meta, &tensors).map_err(|e| CliError::Write { path: out.to_path_buf(), source: e })?;
 
     if compare_exact {
         let t = Instant::now();
         let fwd = layer::forward(inputs, opt);
-        let bwd = inputs
-            .dy
-            .as_ref()
-            .map(|dy| layer::backward(inputs, &fwd, dy.view(), opt));
-        say(format!(
-            "exact oracle in {:.1} ms",
-            t.elapsed().as_secs_f64() * 1e3
-        ));
+        let bwd = inputs.dy.as_ref().map(|dy| layer::backward(inputs, &fwd, dy.view(), opt));
+        say(format!("exact oracle in {:.1} ms", t.elapsed().as_secs_f64() * 1e3));
         let mut o = std::io::stdout().lock();
-        let _ = writeln!(
-            o,
-            "recipe {} against the exact oracle: |emulated - exact| / bound per tensor",
-            recipe.name
-        );
-        let _ = writeln!(
-            o,
-            "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>10}",
-            "tensor", "median", "p99", "max", "viol.", "elements"
-        );
+        let _ = writeln!(o, "recipe {} against the exact oracle: |emulated - exact| / bound per tensor", recipe.name);
+        let _ = writeln!(o, "  {:<20} {:>10} {:>10} {:>10} {:>8} {:>10}", "tensor", "median", "p99", "max", "viol.", "elements");
         for (name, b) in &em.bounds {
-            let (Some(g), Some(x)) = (
-                named_tensor(&em.fwd, em.bwd.as_ref(), name),
-                named_tensor(&fwd, bwd.as_ref(), name),
-            ) else {
+            let (Some(g), Some(x)) = (named_tensor(&em.fwd, em.bwd.as_ref(), name), named_tensor(&fwd, bwd.as_ref(), name)) else {
                 continue;
             };
             let s = tightness(name, g, x, b.mapv(f64::from).view());
-            let _ = writeln!(
-                o,
-                "  {:<20} {:>10.3e} {:>10.3e} {:>10.3e} {:>8} {:>10}",
-                name, s.median, s.p99, s.max, s.violations, s.elements
-            );
+            let _ = writeln!(o, "  {:<20} {:>10.3e} {:>10.3e} {:>10.3e} {:>8} {:>10}", name, s.median, s.p99, s.max, s.violations, s.elements);
         }
     }
     let y_norm = em.fwd.y.iter().map(|v| v * v).sum::<f64>().sqrt();
     Ok(RunSummary {
-        tensors: tensors
-            .iter()
-            .map(|(n, t)| (n.clone(), t.shape().to_vec()))
-            .collect(),
+        tensors: tensors.iter().map(|(n, t)| (n.clone(), t.shape().to_vec())).collect(),
         y_norm,
         rows: em.fwd.rows.rows(),
         forward_ms: emulate_ms,
@@ -228,19 +148,13 @@ pub fn recipes(show: Option<&str>) -> Result<(), CliError> {
     match show {
         Some(n) => {
             let r = load_recipe(n, None)?;
-            let _ = writeln!(
-                o,
-                "{}",
-                serde_json::to_string_pretty(&r).expect("a recipe serialises")
-            );
+            let _ = writeln!(o, "{}", serde_json::to_string_pretty(&r).expect("a recipe serialises"));
         }
         None => {
             for n in NAMED {
                 let r = Recipe::named(n).expect("named");
                 let g = |q: &Option<moe_reference::recipe::OperandQuant>| {
-                    q.as_ref().map_or("as stored".to_string(), |q| {
-                        format!("{} {} {}", q.format, q.block, q.scale)
-                    })
+                    q.as_ref().map_or("as stored".to_string(), |q| format!("{} {} {}", q.format, q.block, q.scale))
                 };
                 let _ = writeln!(
                     o,

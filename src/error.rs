@@ -27,55 +27,27 @@ pub enum CaseError {
     Config(#[from] ConfigError),
     /// The config's tensors would be absurdly large.
     #[error("case too large: moe.config {what} needs about {elements} f64 elements, more than the limit {limit}")]
-    TooLarge {
-        what: String,
-        elements: u128,
-        limit: u128,
-    },
+    TooLarge { what: String, elements: u128, limit: u128 },
     /// A required tensor is not in the file.
     #[error("missing tensor `{name}`: {why}")]
     Missing { name: &'static str, why: String },
     /// A tensor's shape disagrees with `moe.config`.
     #[error("tensor `{name}`: wrong shape: expected {expected:?} (from moe.config), got {got:?}")]
-    Shape {
-        name: &'static str,
-        expected: Vec<usize>,
-        got: Vec<usize>,
-    },
+    Shape { name: &'static str, expected: Vec<usize>, got: Vec<usize> },
     /// A tensor's dtype is not one this reader accepts for it.
     #[error("tensor `{name}`: unsupported dtype {got} (expected {expected})")]
-    Dtype {
-        name: &'static str,
-        got: String,
-        expected: &'static str,
-    },
+    Dtype { name: &'static str, got: String, expected: &'static str },
     /// `topk_ids` names an expert that does not exist.
     #[error(
         "tensor `topk_ids`: token {token}, slot {slot}: expert id {id} out of range (experts {experts}; -1 marks an unused slot)"
     )]
-    IdOutOfRange {
-        token: usize,
-        slot: usize,
-        id: i64,
-        experts: usize,
-    },
+    IdOutOfRange { token: usize, slot: usize, id: i64, experts: usize },
     /// `topk_ids` names the same expert twice for one token.
-    #[error(
-        "tensor `topk_ids`: token {token}: expert id {id} repeated (slots {first} and {second})"
-    )]
-    RepeatedId {
-        token: usize,
-        id: i64,
-        first: usize,
-        second: usize,
-    },
+    #[error("tensor `topk_ids`: token {token}: expert id {id} repeated (slots {first} and {second})")]
+    RepeatedId { token: usize, id: i64, first: usize, second: usize },
     /// NaN or infinity in an input (accepted with `allow_nonfinite`).
     #[error("tensor `{name}`: non-finite value {value} at index {index:?} (pass --allow-nonfinite to accept)")]
-    NonFinite {
-        name: &'static str,
-        index: Vec<usize>,
-        value: f64,
-    },
+    NonFinite { name: &'static str, index: Vec<usize>, value: f64 },
     /// A value that cannot be stored (e.g. a row count beyond I32).
     #[error("cannot write tensor `{name}`: {why}")]
     Unwritable { name: String, why: String },
@@ -83,16 +55,11 @@ pub enum CaseError {
 
 impl CaseError {
     pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> CaseError {
-        CaseError::Io {
-            path: path.display().to_string(),
-            source,
-        }
+        CaseError::Io { path: path.display().to_string(), source }
     }
 }
 
 /// Replace line breaks and other control characters so a message stays on one line.
 pub fn one_line(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+    s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }

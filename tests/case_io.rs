@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use half::bf16;
 use moe_oracle::case::{
-    self, case_tensors, format_metadata, output_tensors, parse_case, read_case, to_bf16, to_f16,
-    write_case, write_outputs, write_tensors, FloatDtype, ReadOptions, TensorData,
+    self, case_tensors, format_metadata, output_tensors, parse_case, read_case, to_bf16, to_f16, write_case,
+    write_outputs, write_tensors, FloatDtype, ReadOptions, TensorData,
 };
 use moe_oracle::demo::random_inputs;
 use moe_oracle::CaseError;
@@ -25,12 +25,7 @@ fn cfg(tokens: usize, routed: bool) -> MoeConfig {
         experts: 4,
         top_k: 2,
         activation: Activation::Swiglu,
-        routing: routed.then_some(Routing {
-            score: Score::Softmax,
-            normalize_topk: true,
-            scaling: 1.0,
-            groups: None,
-        }),
+        routing: routed.then_some(Routing { score: Score::Softmax, normalize_topk: true, scaling: 1.0, groups: None }),
         recipe: "bf16".into(),
         ep_ranks: 1,
     }
@@ -82,10 +77,7 @@ fn assert_same(a: &LayerInputs, b: &LayerInputs) {
 }
 
 /// A safetensors file from raw parts: (name, dtype, shape, bytes).
-fn raw_file(
-    meta: &BTreeMap<String, String>,
-    tensors: &[(&str, &str, Vec<usize>, Vec<u8>)],
-) -> Vec<u8> {
+fn raw_file(meta: &BTreeMap<String, String>, tensors: &[(&str, &str, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
     let mut header = serde_json::Map::new();
     header.insert("__metadata__".into(), serde_json::to_value(meta).unwrap());
     let mut off = 0;
@@ -136,10 +128,7 @@ fn round_trip_every_dtype() {
         assert_eq!(c.routes_itself(), routed);
         assert_eq!(c.dtypes["x"], dt.dtype());
         assert_eq!(c.metadata["moe.format"], "1");
-        assert_eq!(
-            serde_json::from_str::<MoeConfig>(&c.config_json).unwrap(),
-            inp.cfg
-        );
+        assert_eq!(serde_json::from_str::<MoeConfig>(&c.config_json).unwrap(), inp.cfg);
     }
 }
 
@@ -150,14 +139,8 @@ fn f16_inputs_are_read() {
     inp.x.mapv_inplace(|v| to_f16(v).to_f64());
     inp.w13.mapv_inplace(|v| to_f16(v).to_f64());
     inp.w2.mapv_inplace(|v| to_f16(v).to_f64());
-    inp.topk_weights
-        .as_mut()
-        .unwrap()
-        .mapv_inplace(|v| to_f16(v).to_f64());
-    inp.dy
-        .as_mut()
-        .unwrap()
-        .mapv_inplace(|v| to_f16(v).to_f64());
+    inp.topk_weights.as_mut().unwrap().mapv_inplace(|v| to_f16(v).to_f64());
+    inp.dy.as_mut().unwrap().mapv_inplace(|v| to_f16(v).to_f64());
     let d = tmp();
     let p = d.path().join("f16.safetensors");
     write_case(&p, &inp, FloatDtype::F16).unwrap();
@@ -202,19 +185,9 @@ fn zero_tokens_is_valid_and_runs() {
         let c = read(&p).unwrap();
         assert_eq!(c.inputs.x.dim(), (0, 8));
         let fwd = layer::forward(&c.inputs, Options::default());
-        let bwd = layer::backward(
-            &c.inputs,
-            &fwd,
-            c.inputs.dy.as_ref().unwrap().view(),
-            Options::default(),
-        );
+        let bwd = layer::backward(&c.inputs, &fwd, c.inputs.dy.as_ref().unwrap().view(), Options::default());
         let out = d.path().join(format!("empty-out-{routed}.safetensors"));
-        write_outputs(
-            &out,
-            &c.config_json,
-            &output_tensors(&fwd, Some(&bwd), true).unwrap(),
-        )
-        .unwrap();
+        write_outputs(&out, &c.config_json, &output_tensors(&fwd, Some(&bwd), true).unwrap()).unwrap();
         let bytes = std::fs::read(&out).unwrap();
         let st = SafeTensors::deserialize(&bytes).unwrap();
         assert_eq!(st.tensor("y").unwrap().shape(), &[0, 8]);
@@ -222,12 +195,7 @@ fn zero_tokens_is_valid_and_runs() {
         assert_eq!(st.tensor("fwd.row_token").unwrap().shape(), &[0]);
         assert_eq!(st.tensor("fwd.expert_offsets").unwrap().shape(), &[5]);
         assert_eq!(st.tensor("grad.w13").unwrap().shape(), &[4, 8, 8]);
-        assert!(st
-            .tensor("grad.w13")
-            .unwrap()
-            .data()
-            .iter()
-            .all(|&b| b == 0));
+        assert!(st.tensor("grad.w13").unwrap().data().iter().all(|&b| b == 0));
     }
 }
 
@@ -255,20 +223,10 @@ fn outputs_have_format_names_and_metadata() {
     let inp = random_inputs(&cfg(6, true), 2);
     let d = tmp();
     let fwd = layer::forward(&inp, Options::default());
-    let bwd = layer::backward(
-        &inp,
-        &fwd,
-        inp.dy.as_ref().unwrap().view(),
-        Options::default(),
-    );
+    let bwd = layer::backward(&inp, &fwd, inp.dy.as_ref().unwrap().view(), Options::default());
     let cfg_json = "{\"tokens\":6,\"hidden\":8,\"intermediate\":4,\"experts\":4,\"top_k\":2,\"activation\":\"swiglu\",\"routing\":{\"score\":\"softmax\",\"normalize_topk\":true,\"scaling\":1.0,\"groups\":null}}";
     let out = d.path().join("out.safetensors");
-    write_outputs(
-        &out,
-        cfg_json,
-        &output_tensors(&fwd, Some(&bwd), true).unwrap(),
-    )
-    .unwrap();
+    write_outputs(&out, cfg_json, &output_tensors(&fwd, Some(&bwd), true).unwrap()).unwrap();
     let bytes = std::fs::read(&out).unwrap();
     let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
     let m = meta.metadata().as_ref().unwrap();
@@ -303,23 +261,12 @@ fn outputs_have_format_names_and_metadata() {
     want.sort();
     assert_eq!(names, want);
     for (name, t) in st.tensors() {
-        let int = matches!(
-            name.as_str(),
-            "topk_ids" | "fwd.row_token" | "fwd.row_slot" | "fwd.expert_offsets"
-        );
-        assert_eq!(
-            t.dtype(),
-            if int { Dtype::I32 } else { Dtype::F64 },
-            "{name}"
-        );
+        let int = matches!(name.as_str(), "topk_ids" | "fwd.row_token" | "fwd.row_slot" | "fwd.expert_offsets");
+        assert_eq!(t.dtype(), if int { Dtype::I32 } else { Dtype::F64 }, "{name}");
     }
     let y = st.tensor("y").unwrap();
     assert_eq!(y.shape(), &[6, 8]);
-    let yv: Vec<f64> = y
-        .data()
-        .chunks_exact(8)
-        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-        .collect();
+    let yv: Vec<f64> = y.data().chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(yv, fwd.y.iter().copied().collect::<Vec<_>>());
     assert_eq!(st.tensor("bwd.dlogits").unwrap().shape(), &[6, 4]);
     // Nothing but the output in the directory (the temporary file was renamed).
@@ -331,9 +278,7 @@ fn failed_write_leaves_nothing() {
     let d = tmp();
     let inp = given(2);
     let p = d.path().join("no-such-dir").join("case.safetensors");
-    let e = write_case(&p, &inp, FloatDtype::F64)
-        .unwrap_err()
-        .to_string();
+    let e = write_case(&p, &inp, FloatDtype::F64).unwrap_err().to_string();
     assert!(e.contains("no-such-dir"), "{e}");
     assert!(!p.exists());
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
@@ -349,17 +294,13 @@ fn truncated_file() {
     let p = write(d.path(), "t.safetensors", &given(4));
     let bytes = std::fs::read(&p).unwrap();
     for cut in [bytes.len() - 1, bytes.len() - 100, 40, 5, 0] {
-        let e = parse_case(&bytes[..cut], ReadOptions::default())
-            .unwrap_err()
-            .to_string();
+        let e = parse_case(&bytes[..cut], ReadOptions::default()).unwrap_err().to_string();
         assert_has(&e, &["truncated file"]);
     }
     // Trailing junk is malformed, not truncated.
     let mut more = bytes.clone();
     more.extend_from_slice(b"junk");
-    let e = parse_case(&more, ReadOptions::default())
-        .unwrap_err()
-        .to_string();
+    let e = parse_case(&more, ReadOptions::default()).unwrap_err().to_string();
     assert_has(&e, &["malformed safetensors file", "4 bytes after"]);
     // From a file on disk too.
     std::fs::write(&p, &bytes[..bytes.len() / 2]).unwrap();
@@ -370,19 +311,12 @@ fn truncated_file() {
 fn header_garbage() {
     let mut bytes = 16u64.to_le_bytes().to_vec();
     bytes.extend_from_slice(b"not json at all!");
-    let e = parse_case(&bytes, ReadOptions::default())
-        .unwrap_err()
-        .to_string();
+    let e = parse_case(&bytes, ReadOptions::default()).unwrap_err().to_string();
     assert_has(&e, &["malformed safetensors file"]);
     assert!(!e.contains('\n'));
     // Absurd header length.
     let bytes = u64::MAX.to_le_bytes().to_vec();
-    assert_has(
-        &parse_case(&bytes, ReadOptions::default())
-            .unwrap_err()
-            .to_string(),
-        &["malformed"],
-    );
+    assert_has(&parse_case(&bytes, ReadOptions::default()).unwrap_err().to_string(), &["malformed"]);
 }
 
 #[test]
@@ -394,10 +328,7 @@ fn metadata_problems() {
     let cfg_json = case::config_json(&inp.cfg);
 
     write_tensors(&p, &BTreeMap::new(), &tensors).unwrap();
-    assert_has(
-        &read(&p).unwrap_err().to_string(),
-        &["metadata", "moe.format"],
-    );
+    assert_has(&read(&p).unwrap_err().to_string(), &["metadata", "moe.format"]);
 
     let mut meta = format_metadata(&cfg_json);
     meta.insert("moe.format".into(), "2".into());
@@ -407,10 +338,7 @@ fn metadata_problems() {
     let mut meta = format_metadata(&cfg_json);
     meta.remove("moe.config");
     write_tensors(&p, &meta, &tensors).unwrap();
-    assert_has(
-        &read(&p).unwrap_err().to_string(),
-        &["missing `moe.config`"],
-    );
+    assert_has(&read(&p).unwrap_err().to_string(), &["missing `moe.config`"]);
 
     let meta = format_metadata("{\"tokens\": 2,\n \"activation\": \"relu\"}");
     write_tensors(&p, &meta, &tensors).unwrap();
@@ -422,10 +350,7 @@ fn metadata_problems() {
 #[test]
 fn missing_x() {
     let inp = given(3);
-    let tensors: Vec<_> = case_tensors(&inp, FloatDtype::F64)
-        .into_iter()
-        .filter(|(n, _)| n != "x")
-        .collect();
+    let tensors: Vec<_> = case_tensors(&inp, FloatDtype::F64).into_iter().filter(|(n, _)| n != "x").collect();
     let d = tmp();
     let p = d.path().join("nox.safetensors");
     write_tensors(&p, &format_metadata(&case::config_json(&inp.cfg)), &tensors).unwrap();
@@ -436,20 +361,14 @@ fn missing_x() {
 fn missing_routing_tensors() {
     let mut inp = given(3);
     inp.topk_weights = None;
-    assert_has(
-        &read_err(&inp),
-        &["missing tensor `topk_weights`", "topk_ids"],
-    );
+    assert_has(&read_err(&inp), &["missing tensor `topk_weights`", "topk_ids"]);
     let mut inp = given(3);
     inp.topk_ids = None;
     assert_has(&read_err(&inp), &["missing tensor `topk_ids`"]);
     let mut inp = given(3);
     inp.topk_ids = None;
     inp.topk_weights = None;
-    assert_has(
-        &read_err(&inp),
-        &["missing tensor `topk_ids`", "routing is null"],
-    );
+    assert_has(&read_err(&inp), &["missing tensor `topk_ids`", "routing is null"]);
     let mut inp = random_inputs(&cfg(3, true), 1);
     inp.router_weight = None;
     assert_has(&read_err(&inp), &["missing tensor `router.weight`"]);
@@ -459,21 +378,10 @@ fn missing_routing_tensors() {
 fn wrong_shape_of_w2() {
     let mut inp = given(3);
     inp.w2 = Array3::zeros((4, 4, 8)); // [E, I, H] instead of [E, H, I]
-    assert_has(
-        &read_err(&inp),
-        &[
-            "tensor `w2`",
-            "wrong shape",
-            "expected [4, 8, 4]",
-            "got [4, 4, 8]",
-        ],
-    );
+    assert_has(&read_err(&inp), &["tensor `w2`", "wrong shape", "expected [4, 8, 4]", "got [4, 4, 8]"]);
     let mut inp = random_inputs(&cfg(3, true), 1);
     inp.router_bias = Some(ndarray::Array1::zeros(3));
-    assert_has(
-        &read_err(&inp),
-        &["tensor `router.bias`", "expected [4]", "got [3]"],
-    );
+    assert_has(&read_err(&inp), &["tensor `router.bias`", "expected [4]", "got [3]"]);
 }
 
 #[test]
@@ -481,18 +389,8 @@ fn i64_dtype_for_x() {
     let inp = given(2);
     let meta = format_metadata(&case::config_json(&inp.cfg));
     let f = |a: &[f64]| f64_bytes(a.iter().copied());
-    let ids: Vec<u8> = inp
-        .topk_ids
-        .as_ref()
-        .unwrap()
-        .iter()
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
-    let x_i64: Vec<u8> = inp
-        .x
-        .iter()
-        .flat_map(|&v| (v as i64).to_le_bytes())
-        .collect();
+    let ids: Vec<u8> = inp.topk_ids.as_ref().unwrap().iter().flat_map(|v| v.to_le_bytes()).collect();
+    let x_i64: Vec<u8> = inp.x.iter().flat_map(|&v| (v as i64).to_le_bytes()).collect();
     let bytes = raw_file(
         &meta,
         &[
@@ -500,34 +398,14 @@ fn i64_dtype_for_x() {
             ("w13", "F64", vec![4, 8, 8], f(inp.w13.as_slice().unwrap())),
             ("w2", "F64", vec![4, 8, 4], f(inp.w2.as_slice().unwrap())),
             ("topk_ids", "I32", vec![2, 2], ids.clone()),
-            (
-                "topk_weights",
-                "F64",
-                vec![2, 2],
-                f(inp.topk_weights.as_ref().unwrap().as_slice().unwrap()),
-            ),
+            ("topk_weights", "F64", vec![2, 2], f(inp.topk_weights.as_ref().unwrap().as_slice().unwrap())),
         ],
     );
-    let e = parse_case(&bytes, ReadOptions::default())
-        .unwrap_err()
-        .to_string();
-    assert_has(
-        &e,
-        &[
-            "tensor `x`",
-            "unsupported dtype I64",
-            "F64, F32, BF16 or F16",
-        ],
-    );
+    let e = parse_case(&bytes, ReadOptions::default()).unwrap_err().to_string();
+    assert_has(&e, &["tensor `x`", "unsupported dtype I64", "F64, F32, BF16 or F16"]);
 
     // topk_ids must be I32.
-    let ids_i64: Vec<u8> = inp
-        .topk_ids
-        .as_ref()
-        .unwrap()
-        .iter()
-        .flat_map(|&v| (v as i64).to_le_bytes())
-        .collect();
+    let ids_i64: Vec<u8> = inp.topk_ids.as_ref().unwrap().iter().flat_map(|&v| (v as i64).to_le_bytes()).collect();
     let bytes = raw_file(
         &meta,
         &[
@@ -535,41 +413,21 @@ fn i64_dtype_for_x() {
             ("w13", "F64", vec![4, 8, 8], f(inp.w13.as_slice().unwrap())),
             ("w2", "F64", vec![4, 8, 4], f(inp.w2.as_slice().unwrap())),
             ("topk_ids", "I64", vec![2, 2], ids_i64),
-            (
-                "topk_weights",
-                "F64",
-                vec![2, 2],
-                f(inp.topk_weights.as_ref().unwrap().as_slice().unwrap()),
-            ),
+            ("topk_weights", "F64", vec![2, 2], f(inp.topk_weights.as_ref().unwrap().as_slice().unwrap())),
         ],
     );
-    let e = parse_case(&bytes, ReadOptions::default())
-        .unwrap_err()
-        .to_string();
-    assert_has(
-        &e,
-        &["tensor `topk_ids`", "unsupported dtype I64", "expected I32"],
-    );
+    let e = parse_case(&bytes, ReadOptions::default()).unwrap_err().to_string();
+    assert_has(&e, &["tensor `topk_ids`", "unsupported dtype I64", "expected I32"]);
 }
 
 #[test]
 fn expert_id_out_of_range() {
     let mut inp = given(4);
     inp.topk_ids.as_mut().unwrap()[[2, 1]] = 4;
-    assert_has(
-        &read_err(&inp),
-        &[
-            "tensor `topk_ids`",
-            "token 2, slot 1",
-            "expert id 4 out of range",
-        ],
-    );
+    assert_has(&read_err(&inp), &["tensor `topk_ids`", "token 2, slot 1", "expert id 4 out of range"]);
     let mut inp = given(4);
     inp.topk_ids.as_mut().unwrap()[[0, 0]] = -2;
-    assert_has(
-        &read_err(&inp),
-        &["token 0, slot 0", "expert id -2 out of range"],
-    );
+    assert_has(&read_err(&inp), &["token 0, slot 0", "expert id -2 out of range"]);
 }
 
 #[test]
@@ -578,10 +436,7 @@ fn repeated_expert_id() {
     let ids = inp.topk_ids.as_mut().unwrap();
     ids[[3, 0]] = 1;
     ids[[3, 1]] = 1;
-    assert_has(
-        &read_err(&inp),
-        &["tensor `topk_ids`", "token 3", "expert id 1 repeated"],
-    );
+    assert_has(&read_err(&inp), &["tensor `topk_ids`", "token 3", "expert id 1 repeated"]);
     // -1 may repeat.
     let mut inp = given(4);
     inp.topk_ids.as_mut().unwrap().row_mut(3).fill(-1);
@@ -593,10 +448,7 @@ fn top_k_larger_than_experts() {
     let mut c = cfg(2, false);
     c.top_k = 5;
     let inp = random_inputs(&c, 1);
-    assert_has(
-        &read_err(&inp),
-        &["moe.config", "top_k 5 exceeds experts 4"],
-    );
+    assert_has(&read_err(&inp), &["moe.config", "top_k 5 exceeds experts 4"]);
 }
 
 #[test]
@@ -615,27 +467,15 @@ fn nan_in_w13() {
     let mut inp = given(3);
     inp.w13[[1, 2, 3]] = f64::NAN;
     let e = read_err(&inp);
-    assert_has(
-        &e,
-        &["tensor `w13`", "non-finite value NaN", "index [1, 2, 3]"],
-    );
+    assert_has(&e, &["tensor `w13`", "non-finite value NaN", "index [1, 2, 3]"]);
     let d = tmp();
     let p = write(d.path(), "nan.safetensors", &inp);
-    let c = read_case(
-        &p,
-        ReadOptions {
-            allow_nonfinite: true,
-        },
-    )
-    .unwrap();
+    let c = read_case(&p, ReadOptions { allow_nonfinite: true }).unwrap();
     assert!(c.inputs.w13[[1, 2, 3]].is_nan());
     // Infinity in dy.
     let mut inp = given(3);
     inp.dy.as_mut().unwrap()[[2, 0]] = f64::NEG_INFINITY;
-    assert_has(
-        &read_err(&inp),
-        &["tensor `dy`", "non-finite value -inf", "index [2, 0]"],
-    );
+    assert_has(&read_err(&inp), &["tensor `dy`", "non-finite value -inf", "index [2, 0]"]);
 }
 
 #[test]
@@ -643,9 +483,7 @@ fn validate_inputs_matches_reader() {
     let mut inp = given(3);
     case::validate_inputs(&inp, ReadOptions::default()).unwrap();
     inp.topk_ids.as_mut().unwrap()[[0, 1]] = 9;
-    let e = case::validate_inputs(&inp, ReadOptions::default())
-        .unwrap_err()
-        .to_string();
+    let e = case::validate_inputs(&inp, ReadOptions::default()).unwrap_err().to_string();
     assert_eq!(e, read_err(&inp));
 }
 
@@ -675,23 +513,11 @@ fn check_nearest_bf16(v: f64) {
 
 #[test]
 fn bf16_rounding_edges() {
-    for v in [
-        1.0 + f64::powi(2.0, -8),
-        1.0 + 3.0 * f64::powi(2.0, -8),
-        3.0e38,
-        3.4e38,
-        -1e-39,
-        5e-324,
-        1e-45,
-        0.0,
-    ] {
+    for v in [1.0 + f64::powi(2.0, -8), 1.0 + 3.0 * f64::powi(2.0, -8), 3.0e38, 3.4e38, -1e-39, 5e-324, 1e-45, 0.0] {
         check_nearest_bf16(v);
     }
     assert_eq!(to_bf16(1.0 + f64::powi(2.0, -8)).to_f64(), 1.0);
-    assert_eq!(
-        to_bf16(1.0 + f64::powi(2.0, -8) + f64::powi(2.0, -40)).to_f64(),
-        1.0 + f64::powi(2.0, -7)
-    );
+    assert_eq!(to_bf16(1.0 + f64::powi(2.0, -8) + f64::powi(2.0, -40)).to_f64(), 1.0 + f64::powi(2.0, -7));
     assert!(to_bf16(f64::NAN).is_nan());
 }
 

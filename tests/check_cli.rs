@@ -14,10 +14,7 @@ use ndarray::{Array1, Array2, ArrayD, CowArray, Ix2};
 const BIN: &str = env!("CARGO_BIN_EXE_moe-oracle");
 
 fn oracle(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("run moe-oracle")
+    Command::new(BIN).args(args).output().expect("run moe-oracle")
 }
 
 fn p(path: &Path) -> &str {
@@ -34,11 +31,7 @@ fn assert_bad_input(o: &Output, frag: &str, report: &Path) {
     assert_eq!(o.status.code(), Some(2), "stderr: {err}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "one line expected: {err:?}");
-    assert!(
-        lines[0].starts_with("error: ") && lines[0].contains(frag),
-        "{:?} should mention {frag:?}",
-        lines[0]
-    );
+    assert!(lines[0].starts_with("error: ") && lines[0].contains(frag), "{:?} should mention {frag:?}", lines[0]);
     assert!(!report.exists(), "no report on bad input");
 }
 
@@ -53,11 +46,7 @@ fn setup(recipe: &str) -> Setup {
     let c = cfg(10, 32, 16, 4, 2, recipe);
     let inp = inputs(&c, 5);
     let case = write_case(dir.path(), "c", &inp);
-    Setup {
-        case,
-        base: base(&inp),
-        dir,
-    }
+    Setup { case, base: base(&inp), dir }
 }
 
 #[test]
@@ -66,13 +55,8 @@ fn correct_candidate_passes_in_every_dtype_and_row_order() {
     let c = &s.base.inputs.cfg;
     // bf16 storage: every bf16-stored tensor is exact in BF16; the f32-stored ones (weight gradients,
     // grad.topk_weights) are not, so the BF16 and F16 candidates carry only the bf16-stored tensors.
-    let bf16_stored: std::collections::BTreeMap<String, ArrayD<f64>> = s
-        .base
-        .tensors
-        .iter()
-        .filter(|(n, _)| !matches!(n.as_str(), "grad.w13" | "grad.w2" | "grad.topk_weights"))
-        .map(|(n, a)| (n.clone(), a.clone()))
-        .collect();
+    let bf16_stored: std::collections::BTreeMap<String, ArrayD<f64>> =
+        s.base.tensors.iter().filter(|(n, _)| !matches!(n.as_str(), "grad.w13" | "grad.w2" | "grad.topk_weights")).map(|(n, a)| (n.clone(), a.clone())).collect();
     for (name, tensors, dtype) in [
         ("f32", &s.base.tensors, FloatDtype::F32),
         ("f64", &s.base.tensors, FloatDtype::F64),
@@ -80,58 +64,21 @@ fn correct_candidate_passes_in_every_dtype_and_row_order() {
     ] {
         let cand = write_candidate(s.dir.path(), name, c, tensors, None, dtype);
         let json = s.dir.path().join(format!("{name}.json"));
-        let o = oracle(&[
-            "check",
-            p(&s.case),
-            "--candidate",
-            p(&cand),
-            "--json",
-            p(&json),
-        ]);
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{name}: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            stderr(&o)
-        );
+        let o = oracle(&["check", p(&s.case), "--candidate", p(&cand), "--json", p(&json)]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
         let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         assert_eq!(r["verdict"], "pass");
-        assert_eq!(
-            r["tensors"].as_array().unwrap().len(),
-            tensors.len(),
-            "{name}"
-        );
+        assert_eq!(r["tensors"].as_array().unwrap().len(), tensors.len(), "{name}");
     }
     // The kernel's own row order (reversed), with the row map.
     let rows = &s.base.em.fwd.rows;
     let order: Vec<usize> = (0..rows.rows()).rev().collect();
-    let cand = write_candidate(
-        s.dir.path(),
-        "perm",
-        c,
-        &s.base.tensors,
-        Some((&order, &rows.row_token, &rows.row_slot)),
-        FloatDtype::F32,
-    );
+    let cand = write_candidate(s.dir.path(), "perm", c, &s.base.tensors, Some((&order, &rows.row_token, &rows.row_slot)), FloatDtype::F32);
     let o = oracle(&["check", p(&s.case), "--candidate", p(&cand)]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
     // The same rows without the map are in the wrong order: a violation.
     let mut t = s.base.tensors.clone();
-    for n in [
-        "fwd.h",
-        "fwd.a",
-        "fwd.o",
-        "bwd.do",
-        "bwd.da",
-        "bwd.dh",
-        "bwd.dx_rows",
-    ] {
+    for n in ["fwd.h", "fwd.a", "fwd.o", "bwd.do", "bwd.da", "bwd.dh", "bwd.dx_rows"] {
         let a = t[n].select(ndarray::Axis(0), &order);
         t.insert(n.into(), a);
     }
@@ -145,38 +92,14 @@ fn a_subset_is_checked_and_the_rest_listed_as_not_checked() {
     let s = setup("bf16");
     let mut t = s.base.tensors.clone();
     t.retain(|n, _| n == "y" || n == "grad.w2");
-    let cand = write_candidate(
-        s.dir.path(),
-        "sub",
-        &s.base.inputs.cfg,
-        &t,
-        None,
-        FloatDtype::F32,
-    );
+    let cand = write_candidate(s.dir.path(), "sub", &s.base.inputs.cfg, &t, None, FloatDtype::F32);
     let json = s.dir.path().join("sub.json");
-    let o = oracle(&[
-        "check",
-        p(&s.case),
-        "--candidate",
-        p(&cand),
-        "--json",
-        p(&json),
-    ]);
+    let o = oracle(&["check", p(&s.case), "--candidate", p(&cand), "--json", p(&json)]);
     assert_eq!(o.status.code(), Some(0));
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let checked: Vec<&str> = r["tensors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let checked: Vec<&str> = r["tensors"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(checked, ["y", "grad.w2"]);
-    let not: Vec<&str> = r["not_checked"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let not: Vec<&str> = r["not_checked"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert!(not.contains(&"fwd.h") && not.contains(&"grad.x"), "{not:?}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("not checked: "));
 }
@@ -196,31 +119,12 @@ fn violation_reports_the_worst_element_in_model_terms() {
     t.insert("y".into(), y.into_dyn());
     let cand = write_candidate(s.dir.path(), "bad", c, &t, None, FloatDtype::F32);
     let json = s.dir.path().join("bad.json");
-    let o = oracle(&[
-        "check",
-        p(&s.case),
-        "--candidate",
-        p(&cand),
-        "--json",
-        p(&json),
-    ]);
+    let o = oracle(&["check", p(&s.case), "--candidate", p(&cand), "--json", p(&json)]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(
-        stderr(&o).is_empty(),
-        "a violation is a verdict, not an error: {}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).is_empty(), "a violation is a verdict, not an error: {}", stderr(&o));
     let rep: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(rep["verdict"], "fail");
-    let by = |n: &str| {
-        rep["tensors"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["name"] == n)
-            .unwrap()
-            .clone()
-    };
+    let by = |n: &str| rep["tensors"].as_array().unwrap().iter().find(|t| t["name"] == n).unwrap().clone();
     let fh = by("fwd.h");
     assert_eq!(fh["verdict"], "fail");
     assert_eq!(fh["violations"], 1);
@@ -228,16 +132,11 @@ fn violation_reports_the_worst_element_in_model_terms() {
     assert_eq!(w["row"], r);
     assert_eq!(w["token"], rows.row_token[r]);
     assert_eq!(w["slot"], rows.row_slot[r]);
-    let e = (0..c.experts)
-        .find(|&e| rows.expert_rows(e).contains(&r))
-        .unwrap();
+    let e = (0..c.experts).find(|&e| rows.expert_rows(e).contains(&r)).unwrap();
     assert_eq!(w["expert"], e);
     assert_eq!(w["half"], "up");
     assert_eq!(w["intermediate"], 5);
-    assert!(
-        (fh["max_abs_error"].as_f64().unwrap() - 1.0).abs() < 0.1,
-        "{fh}"
-    );
+    assert!((fh["max_abs_error"].as_f64().unwrap() - 1.0).abs() < 0.1, "{fh}");
     let y = by("y");
     assert_eq!(y["verdict"], "fail");
     assert_eq!(y["non_finite"], 1);
@@ -247,12 +146,7 @@ fn violation_reports_the_worst_element_in_model_terms() {
     assert_eq!(by("fwd.a")["verdict"], "pass");
 }
 
-fn write_raw(
-    dir: &Path,
-    name: &str,
-    c: &moe_reference::MoeConfig,
-    tensors: Vec<(String, TensorData<'static>)>,
-) -> std::path::PathBuf {
+fn write_raw(dir: &Path, name: &str, c: &moe_reference::MoeConfig, tensors: Vec<(String, TensorData<'static>)>) -> std::path::PathBuf {
     let path = dir.join(name);
     case::write_outputs(&path, &case::config_json(c), &tensors).unwrap();
     path
@@ -264,58 +158,18 @@ fn bad_input_is_exit_2_with_one_line() {
     let c = s.base.inputs.cfg.clone();
     let d = s.dir.path();
     let report = d.join("r.json");
-    let run = |cand: &Path| {
-        oracle(&[
-            "check",
-            p(&s.case),
-            "--candidate",
-            p(cand),
-            "--json",
-            p(&report),
-        ])
-    };
+    let run = |cand: &Path| oracle(&["check", p(&s.case), "--candidate", p(cand), "--json", p(&report)]);
 
-    assert_bad_input(
-        &run(&d.join("missing.safetensors")),
-        "missing.safetensors",
-        &report,
-    );
+    assert_bad_input(&run(&d.join("missing.safetensors")), "missing.safetensors", &report);
 
-    let y = s.base.tensors["y"]
-        .clone()
-        .into_dimensionality::<Ix2>()
-        .unwrap();
-    let wrong = write_raw(
-        d,
-        "shape.st",
-        &c,
-        vec![(
-            "y".into(),
-            TensorData::f64_owned(y.slice(ndarray::s![..4, ..]).to_owned()),
-        )],
-    );
+    let y = s.base.tensors["y"].clone().into_dimensionality::<Ix2>().unwrap();
+    let wrong = write_raw(d, "shape.st", &c, vec![("y".into(), TensorData::f64_owned(y.slice(ndarray::s![..4, ..]).to_owned()))]);
     assert_bad_input(&run(&wrong), "wrong shape", &report);
 
-    let ints = write_raw(
-        d,
-        "int.st",
-        &c,
-        vec![(
-            "y".into(),
-            TensorData::i32_owned(Array2::<i32>::zeros((c.tokens, c.hidden))),
-        )],
-    );
+    let ints = write_raw(d, "int.st", &c, vec![("y".into(), TensorData::i32_owned(Array2::<i32>::zeros((c.tokens, c.hidden))))]);
     assert_bad_input(&run(&ints), "unsupported dtype", &report);
 
-    let empty = write_raw(
-        d,
-        "empty.st",
-        &c,
-        vec![(
-            "x".into(),
-            TensorData::f64_owned(Array2::<f64>::zeros((2, 2))),
-        )],
-    );
+    let empty = write_raw(d, "empty.st", &c, vec![("x".into(), TensorData::f64_owned(Array2::<f64>::zeros((2, 2))))]);
     assert_bad_input(&run(&empty), "holds none of the tensors", &report);
 
     let garbage = d.join("garbage.st");
@@ -327,18 +181,9 @@ fn bad_input_is_exit_2_with_one_line() {
     let h = s.base.tensors["fwd.h"].clone();
     let with_map = |tok: Vec<i32>, slot: Vec<i32>| {
         vec![
-            (
-                "fwd.h".to_string(),
-                TensorData::F64(CowArray::from(h.clone())),
-            ),
-            (
-                "fwd.row_token".to_string(),
-                TensorData::i32_owned(Array1::from(tok)),
-            ),
-            (
-                "fwd.row_slot".to_string(),
-                TensorData::i32_owned(Array1::from(slot)),
-            ),
+            ("fwd.h".to_string(), TensorData::F64(CowArray::from(h.clone()))),
+            ("fwd.row_token".to_string(), TensorData::i32_owned(Array1::from(tok))),
+            ("fwd.row_slot".to_string(), TensorData::i32_owned(Array1::from(slot))),
         ]
     };
     let rows = &s.base.em.fwd.rows;
@@ -354,77 +199,24 @@ fn bad_input_is_exit_2_with_one_line() {
     far[0] = c.tokens as i32;
     let far = write_raw(d, "far.st", &c, with_map(far, slot.clone()));
     assert_bad_input(&run(&far), "row map", &report);
-    let short = write_raw(
-        d,
-        "short.st",
-        &c,
-        with_map(tok[..m - 1].to_vec(), slot[..m - 1].to_vec()),
-    );
+    let short = write_raw(d, "short.st", &c, with_map(tok[..m - 1].to_vec(), slot[..m - 1].to_vec()));
     assert_bad_input(&run(&short), "fwd.row_token", &report);
     let only_tok = write_raw(
         d,
         "onlytok.st",
         &c,
-        vec![
-            ("fwd.h".into(), TensorData::F64(CowArray::from(h.clone()))),
-            (
-                "fwd.row_token".into(),
-                TensorData::i32_owned(Array1::from(tok)),
-            ),
-        ],
+        vec![("fwd.h".into(), TensorData::F64(CowArray::from(h.clone()))), ("fwd.row_token".into(), TensorData::i32_owned(Array1::from(tok)))],
     );
     assert_bad_input(&run(&only_tok), "together", &report);
 
     // Unknown recipe, unwritable report.
     let good = write_candidate(d, "good", &c, &s.base.tensors, None, FloatDtype::F32);
-    assert_bad_input(
-        &oracle(&[
-            "check",
-            p(&s.case),
-            "--candidate",
-            p(&good),
-            "--recipe",
-            "fp7",
-            "--json",
-            p(&report),
-        ]),
-        "unknown recipe",
-        &report,
-    );
-    let o = oracle(&[
-        "check",
-        p(&s.case),
-        "--candidate",
-        p(&good),
-        "--json",
-        "/nonexistent-dir/r.json",
-    ]);
+    assert_bad_input(&oracle(&["check", p(&s.case), "--candidate", p(&good), "--recipe", "fp7", "--json", p(&report)]), "unknown recipe", &report);
+    let o = oracle(&["check", p(&s.case), "--candidate", p(&good), "--json", "/nonexistent-dir/r.json"]);
     assert_eq!(o.status.code(), Some(2));
     // The same bad inputs for diagnose.
-    assert_bad_input(
-        &oracle(&[
-            "diagnose",
-            p(&s.case),
-            "--candidate",
-            p(&wrong),
-            "--json",
-            p(&report),
-        ]),
-        "wrong shape",
-        &report,
-    );
-    assert_bad_input(
-        &oracle(&[
-            "diagnose",
-            p(&s.case),
-            "--candidate",
-            p(&ints),
-            "--json",
-            p(&report),
-        ]),
-        "unsupported dtype",
-        &report,
-    );
+    assert_bad_input(&oracle(&["diagnose", p(&s.case), "--candidate", p(&wrong), "--json", p(&report)]), "wrong shape", &report);
+    assert_bad_input(&oracle(&["diagnose", p(&s.case), "--candidate", p(&ints), "--json", p(&report)]), "unsupported dtype", &report);
 }
 
 #[test]
@@ -432,9 +224,7 @@ fn diagnose_reports_json_fields_and_writes_a_png() {
     let s = setup("bf16");
     let c = &s.base.inputs.cfg;
     let rows = &s.base.em.fwd.rows;
-    let e = (0..c.experts)
-        .max_by_key(|&e| rows.expert_rows(e).len())
-        .unwrap();
+    let e = (0..c.experts).max_by_key(|&e| rows.expert_rows(e).len()).unwrap();
     let mut t = s.base.tensors.clone();
     let mut a = t["fwd.a"].clone().into_dimensionality::<Ix2>().unwrap();
     for r in rows.expert_rows(e) {
@@ -446,53 +236,19 @@ fn diagnose_reports_json_fields_and_writes_a_png() {
     let cand = write_candidate(s.dir.path(), "d", c, &t, None, FloatDtype::F32);
     let json = s.dir.path().join("d.json");
     let png = s.dir.path().join("d.png");
-    let o = oracle(&[
-        "diagnose",
-        p(&s.case),
-        "--candidate",
-        p(&cand),
-        "--json",
-        p(&json),
-        "--plot",
-        p(&png),
-    ]);
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        stderr(&o)
-    );
+    let o = oracle(&["diagnose", p(&s.case), "--candidate", p(&cand), "--json", p(&json), "--plot", p(&png)]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
     let d: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(d["first_bad_stage"], "fwd.a");
     assert_eq!(d["experts"], serde_json::json!([e]));
-    let want_tokens: std::collections::BTreeSet<usize> =
-        rows.expert_rows(e).map(|r| rows.row_token[r]).collect();
-    let got_tokens: std::collections::BTreeSet<usize> = d["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as usize)
-        .collect();
+    let want_tokens: std::collections::BTreeSet<usize> = rows.expert_rows(e).map(|r| rows.row_token[r]).collect();
+    let got_tokens: std::collections::BTreeSet<usize> = d["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
     assert_eq!(got_tokens, want_tokens);
-    assert_eq!(
-        d["features"],
-        serde_json::json!([{"axis": "intermediate", "start": 4, "end": 8}])
-    );
+    assert_eq!(d["features"], serde_json::json!([{"axis": "intermediate", "start": 4, "end": 8}]));
     assert!(d.get("pattern").is_some());
     // fwd.a was replayed from the candidate's own fwd.h.
-    let fa = d["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "fwd.a")
-        .unwrap()
-        .clone();
-    assert_eq!(
-        fa["inputs"],
-        serde_json::json!([["fwd.h", "candidate"]]),
-        "{fa}"
-    );
+    let fa = d["stages"].as_array().unwrap().iter().find(|s| s["name"] == "fwd.a").unwrap().clone();
+    assert_eq!(fa["inputs"], serde_json::json!([["fwd.h", "candidate"]]), "{fa}");
     let bytes = std::fs::read(&png).unwrap();
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
@@ -512,14 +268,7 @@ fn diagnose_reports_json_fields_and_writes_a_png() {
 
     // A correct candidate: exit 0, first_bad_stage null.
     let good = write_candidate(s.dir.path(), "g", c, &s.base.tensors, None, FloatDtype::F32);
-    let o = oracle(&[
-        "diagnose",
-        p(&s.case),
-        "--candidate",
-        p(&good),
-        "--json",
-        p(&json),
-    ]);
+    let o = oracle(&["diagnose", p(&s.case), "--candidate", p(&good), "--json", p(&json)]);
     assert_eq!(o.status.code(), Some(0));
     let d: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert!(d["first_bad_stage"].is_null() && d["pattern"].is_null());
@@ -562,42 +311,14 @@ fn diagnose_without_intermediates_names_the_output() {
     t.insert("grad.x".into(), g.into_dyn());
     let cand = write_candidate(s.dir.path(), "outs", c, &t, None, FloatDtype::F32);
     let json = s.dir.path().join("o.json");
-    let o = oracle(&[
-        "diagnose",
-        p(&s.case),
-        "--candidate",
-        p(&cand),
-        "--json",
-        p(&json),
-    ]);
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    let o = oracle(&["diagnose", p(&s.case), "--candidate", p(&cand), "--json", p(&json)]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
     let d: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(d["first_bad_stage"], "grad.x");
     assert_eq!(d["tokens"], serde_json::json!([4]));
-    let gx = d["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "grad.x")
-        .unwrap()
-        .clone();
-    assert_eq!(
-        gx["inputs"],
-        serde_json::json!([["bwd.dx_rows", "emulated"]]),
-        "{gx}"
-    );
-    let fh = d["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "fwd.h")
-        .unwrap()
-        .clone();
+    let gx = d["stages"].as_array().unwrap().iter().find(|s| s["name"] == "grad.x").unwrap().clone();
+    assert_eq!(gx["inputs"], serde_json::json!([["bwd.dx_rows", "emulated"]]), "{gx}");
+    let fh = d["stages"].as_array().unwrap().iter().find(|s| s["name"] == "fwd.h").unwrap().clone();
     assert_eq!(fh["verdict"], "not in candidate");
 }
 
@@ -607,59 +328,16 @@ fn forward_only_case_lists_gradients_as_not_checked() {
     let mut inp = s.base.inputs.clone();
     inp.dy = None;
     let case = write_case(s.dir.path(), "fwd_only", &inp);
-    let cand = write_candidate(
-        s.dir.path(),
-        "all",
-        &inp.cfg,
-        &s.base.tensors,
-        None,
-        FloatDtype::F32,
-    );
+    let cand = write_candidate(s.dir.path(), "all", &inp.cfg, &s.base.tensors, None, FloatDtype::F32);
     let json = s.dir.path().join("f.json");
-    let o = oracle(&[
-        "check",
-        p(&case),
-        "--candidate",
-        p(&cand),
-        "--json",
-        p(&json),
-    ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        stderr(&o)
-    );
+    let o = oracle(&["check", p(&case), "--candidate", p(&cand), "--json", p(&json)]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let not = r["not_checked"].as_array().unwrap();
-    assert!(
-        not.iter()
-            .any(|n| n["name"] == "grad.x" && n["why"].as_str().unwrap().contains("no dy")),
-        "{not:?}"
-    );
-    let o = oracle(&[
-        "diagnose",
-        p(&case),
-        "--candidate",
-        p(&cand),
-        "--json",
-        p(&json),
-    ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        stderr(&o)
-    );
+    assert!(not.iter().any(|n| n["name"] == "grad.x" && n["why"].as_str().unwrap().contains("no dy")), "{not:?}");
+    let o = oracle(&["diagnose", p(&case), "--candidate", p(&cand), "--json", p(&json)]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
     let d: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let gx = d["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "grad.x")
-        .unwrap()
-        .clone();
+    let gx = d["stages"].as_array().unwrap().iter().find(|s| s["name"] == "grad.x").unwrap().clone();
     assert_eq!(gx["verdict"], "not replayed");
 }

@@ -31,38 +31,18 @@ fn relative_detection_thresholds_per_recipe() {
         let inp = inputs(&c, 3);
         let b = base(&inp);
         let case = write_case(dir.path(), recipe, &inp);
-        let cand = write_candidate(
-            dir.path(),
-            recipe,
-            &c,
-            &b.tensors,
-            None,
-            moe_oracle::case::FloatDtype::F32,
-        );
+        let cand = write_candidate(dir.path(), recipe, &c, &b.tensors, None, moe_oracle::case::FloatDtype::F32);
         let ctx = Context::load(&case, &cand, None).unwrap();
         let rp = Replay::new(&ctx).unwrap();
         for name in STAGES {
-            let (Some(ex), Some(bd), Some(st)) =
-                (ctx.exact(name), ctx.em.bound(name), rp.stage(name))
-            else {
-                continue;
-            };
+            let (Some(ex), Some(bd), Some(st)) = (ctx.exact(name), ctx.em.bound(name), rp.stage(name)) else { continue };
             let rel = |b: &ndarray::ArrayD<f64>, x: &ndarray::ArrayD<f64>| {
-                median(
-                    b.iter()
-                        .zip(x.iter())
-                        .filter(|(_, &x)| x != 0.0)
-                        .map(|(&b, &x)| b / x.abs())
-                        .collect(),
-                )
+                median(b.iter().zip(x.iter()).filter(|(_, &x)| x != 0.0).map(|(&b, &x)| b / x.abs()).collect())
             };
             let whole = rel(&bd.mapv(f64::from), &ex.to_owned());
             let stage = rel(&st.bound, &st.exact);
             println!("| {recipe} | {name} | {whole:.2e} | {stage:.2e} |");
-            assert!(
-                stage <= 2.0 * whole,
-                "{recipe} {name}: replay bound {stage} vs end-to-end {whole}"
-            );
+            assert!(stage <= 2.0 * whole, "{recipe} {name}: replay bound {stage} vs end-to-end {whole}");
         }
     }
 }

@@ -11,10 +11,7 @@ use moe_oracle::demo;
 use safetensors::SafeTensors;
 
 fn oracle(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_moe-oracle"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_moe-oracle")).args(args).output().unwrap()
 }
 
 fn write_case(dir: &Path, name: &str, given_routing: bool, hidden: usize, seed: u64) -> PathBuf {
@@ -49,38 +46,13 @@ fn fast_kernels_need_the_cuda_device() {
     let c = write_case(dir.path(), "case.safetensors", true, 64, 5);
     let out = dir.path().join("cand.safetensors");
     let (c, o) = (c.to_str().unwrap(), out.to_str().unwrap());
-    assert_fails(
-        &oracle(&["run", c, "-o", o, "--kernels", "fast"]),
-        &out,
-        "--kernels fast needs --device cuda",
-    );
-    assert_fails(
-        &oracle(&["run", c, "-o", o, "--device", "cpu", "--kernels", "fast"]),
-        &out,
-        "--kernels fast needs --device cuda",
-    );
+    assert_fails(&oracle(&["run", c, "-o", o, "--kernels", "fast"]), &out, "--kernels fast needs --device cuda");
+    assert_fails(&oracle(&["run", c, "-o", o, "--device", "cpu", "--kernels", "fast"]), &out, "--kernels fast needs --device cuda");
     if !gpu_present() {
         // the demo case may run on the fast path too; without a GPU that is the one-line GPU error
-        assert_fails(
-            &oracle(&[
-                "run",
-                "--demo",
-                "-o",
-                o,
-                "--device",
-                "cuda",
-                "--kernels",
-                "fast",
-            ]),
-            &out,
-            "GPU",
-        );
+        assert_fails(&oracle(&["run", "--demo", "-o", o, "--device", "cuda", "--kernels", "fast"]), &out, "GPU");
     }
-    assert_fails(
-        &oracle(&["run", c, "-o", o, "--device", "cuda", "--kernels", "quick"]),
-        &out,
-        "invalid value 'quick'",
-    );
+    assert_fails(&oracle(&["run", c, "-o", o, "--device", "cuda", "--kernels", "quick"]), &out, "invalid value 'quick'");
 }
 
 #[test]
@@ -89,16 +61,7 @@ fn fast_kernels_reject_unsupported_shapes_before_the_gpu() {
     let dir = tempfile::tempdir().unwrap();
     let c = write_case(dir.path(), "h12.safetensors", true, 12, 5);
     let out = dir.path().join("cand.safetensors");
-    let res = oracle(&[
-        "run",
-        c.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--device",
-        "cuda",
-        "--kernels",
-        "fast",
-    ]);
+    let res = oracle(&["run", c.to_str().unwrap(), "-o", out.to_str().unwrap(), "--device", "cuda", "--kernels", "fast"]);
     assert_fails(&res, &out, "multiples of 8; the case has H = 12, I = 32");
 }
 
@@ -107,37 +70,18 @@ fn fast_candidate_passes_check(given_routing: bool, intermediates: bool, test: &
     let c = write_case(dir.path(), "case.safetensors", given_routing, 64, 7);
     let out = dir.path().join("cand.safetensors");
     let (cs, o) = (c.to_str().unwrap(), out.to_str().unwrap());
-    let mut args = vec![
-        "run",
-        cs,
-        "-o",
-        o,
-        "--device",
-        "cuda",
-        "--kernels",
-        "fast",
-        "-q",
-    ];
+    let mut args = vec!["run", cs, "-o", o, "--device", "cuda", "--kernels", "fast", "-q"];
     if intermediates {
         args.push("--intermediates");
     }
     let res = oracle(&args);
     if !gpu_present() {
-        assert!(
-            !moe_kernels::gpu_required(),
-            "REQUIRE_GPU=1 but no GPU: {}",
-            String::from_utf8_lossy(&res.stderr)
-        );
+        assert!(!moe_kernels::gpu_required(), "REQUIRE_GPU=1 but no GPU: {}", String::from_utf8_lossy(&res.stderr));
         eprintln!("SKIP {test}: no GPU; checking the error path instead");
         assert_fails(&res, &out, "GPU");
         return;
     }
-    assert_eq!(
-        res.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&res.stderr)
-    );
+    assert_eq!(res.status.code(), Some(0), "{}", String::from_utf8_lossy(&res.stderr));
     let bytes = std::fs::read(&out).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let mut want = vec!["y", "grad.x", "grad.w13", "grad.w2", "grad.topk_weights"];
@@ -145,44 +89,23 @@ fn fast_candidate_passes_check(given_routing: bool, intermediates: bool, test: &
         want.push("grad.router.weight");
     }
     if intermediates {
-        want.extend([
-            "fwd.row_token",
-            "fwd.row_slot",
-            "fwd.expert_offsets",
-            "fwd.h",
-            "fwd.a",
-            "fwd.o",
-            "bwd.dh",
-            "bwd.dx_rows",
-        ]);
+        want.extend(["fwd.row_token", "fwd.row_slot", "fwd.expert_offsets", "fwd.h", "fwd.a", "fwd.o", "bwd.dh", "bwd.dx_rows"]);
     }
     for name in &want {
         assert!(st.tensor(name).is_ok(), "candidate lacks {name}");
     }
     for name in ["bwd.do", "bwd.da"] {
-        assert!(
-            st.tensor(name).is_err(),
-            "the fast path does not store {name}; the candidate must not invent it"
-        );
+        assert!(st.tensor(name).is_err(), "the fast path does not store {name}; the candidate must not invent it");
     }
     let res = oracle(&["check", cs, "--candidate", o, "--recipe", "bf16"]);
     let stdout = String::from_utf8_lossy(&res.stdout);
-    assert_eq!(
-        res.status.code(),
-        Some(0),
-        "check failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&res.stderr)
-    );
+    assert_eq!(res.status.code(), Some(0), "check failed:\n{stdout}\n{}", String::from_utf8_lossy(&res.stderr));
     eprintln!("{test}: check passed:\n{stdout}");
 }
 
 #[test]
 fn fast_candidate_with_given_routing_passes_check() {
-    fast_candidate_passes_check(
-        true,
-        false,
-        "fast_candidate_with_given_routing_passes_check",
-    );
+    fast_candidate_passes_check(true, false, "fast_candidate_with_given_routing_passes_check");
 }
 
 #[test]

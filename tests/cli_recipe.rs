@@ -10,10 +10,7 @@ use safetensors::{Dtype, SafeTensors};
 const BIN: &str = env!("CARGO_BIN_EXE_moe-oracle");
 
 fn oracle(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("run moe-oracle")
+    Command::new(BIN).args(args).output().expect("run moe-oracle")
 }
 
 fn p(path: &Path) -> &str {
@@ -24,17 +21,7 @@ fn p(path: &Path) -> &str {
 fn fp8_block_run_writes_f32_outputs_quantised_operands_and_bounds() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fp8.safetensors");
-    let o = oracle(&[
-        "run",
-        "--demo",
-        "--recipe",
-        "fp8-block",
-        "--intermediates",
-        "--bounds",
-        "-q",
-        "-o",
-        p(&out),
-    ]);
+    let o = oracle(&["run", "--demo", "--recipe", "fp8-block", "--intermediates", "--bounds", "-q", "-o", p(&out)]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let bytes = std::fs::read(&out).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
@@ -44,12 +31,7 @@ fn fp8_block_run_writes_f32_outputs_quantised_operands_and_bounds() {
     for n in ["bound.y", "bound.grad.x", "bound.fwd.h"] {
         let t = st.tensor(n).unwrap();
         assert_eq!(t.dtype(), Dtype::F64, "{n}");
-        assert!(
-            t.data()
-                .chunks_exact(8)
-                .all(|c| f64::from_le_bytes(c.try_into().unwrap()) >= 0.0),
-            "{n} negative"
-        );
+        assert!(t.data().chunks_exact(8).all(|c| f64::from_le_bytes(c.try_into().unwrap()) >= 0.0), "{n} negative");
     }
     assert_eq!(st.tensor("q.x").unwrap().dtype(), Dtype::F8_E4M3);
     assert_eq!(st.tensor("q.x.scale").unwrap().dtype(), Dtype::F32);
@@ -65,16 +47,7 @@ fn fp8_block_run_writes_f32_outputs_quantised_operands_and_bounds() {
 fn mxfp8_scales_are_ue8m0_codes() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("mx.safetensors");
-    let o = oracle(&[
-        "run",
-        "--demo",
-        "--recipe",
-        "mxfp8",
-        "--intermediates",
-        "-q",
-        "-o",
-        p(&out),
-    ]);
+    let o = oracle(&["run", "--demo", "--recipe", "mxfp8", "--intermediates", "-q", "-o", p(&out)]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let bytes = std::fs::read(&out).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
@@ -88,27 +61,11 @@ fn compare_exact_reports_no_violation_and_a_json_recipe_gives_the_same_file() {
     assert!(show.status.success());
     let json = dir.path().join("r.json");
     std::fs::write(&json, &show.stdout).unwrap();
-    let (a, b) = (
-        dir.path().join("a.safetensors"),
-        dir.path().join("b.safetensors"),
-    );
-    let o = oracle(&[
-        "run",
-        "--demo",
-        "--recipe",
-        "fp8-bwd",
-        "--compare-exact",
-        "-q",
-        "-o",
-        p(&a),
-    ]);
+    let (a, b) = (dir.path().join("a.safetensors"), dir.path().join("b.safetensors"));
+    let o = oracle(&["run", "--demo", "--recipe", "fp8-bwd", "--compare-exact", "-q", "-o", p(&a)]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let table = String::from_utf8_lossy(&o.stdout);
-    let rows: Vec<&str> = table
-        .lines()
-        .take_while(|l| !l.starts_with("moe-oracle run"))
-        .filter(|l| l.trim_start().starts_with("grad.") || l.trim_start().starts_with("y "))
-        .collect();
+    let rows: Vec<&str> = table.lines().take_while(|l| !l.starts_with("moe-oracle run")).filter(|l| l.trim_start().starts_with("grad.") || l.trim_start().starts_with("y ")).collect();
     assert!(rows.len() >= 5, "{table}");
     for r in rows {
         let viol: usize = r.split_whitespace().nth(4).unwrap().parse().unwrap();
@@ -126,8 +83,7 @@ fn bad_recipes_exit_2_with_one_line_and_no_output() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("o.safetensors");
     let bad = dir.path().join("bad.json");
-    let mut r: serde_json::Value =
-        serde_json::from_slice(&oracle(&["recipes", "--show", "fp8-block"]).stdout).unwrap();
+    let mut r: serde_json::Value = serde_json::from_slice(&oracle(&["recipes", "--show", "fp8-block"]).stdout).unwrap();
     r["gemm1"]["a"]["block"] = "1x0".into();
     std::fs::write(&bad, r.to_string()).unwrap();
     let badmodel = dir.path().join("badmodel.json");
@@ -136,21 +92,13 @@ fn bad_recipes_exit_2_with_one_line_and_no_output() {
     std::fs::write(&badmodel, r.to_string()).unwrap();
     let junk = dir.path().join("junk.json");
     std::fs::write(&junk, "{ not json").unwrap();
-    for (recipe, frag) in [
-        ("fp7", "unknown recipe"),
-        (p(&bad), "block"),
-        (p(&badmodel), "abacus"),
-        (p(&junk), "junk.json"),
-    ] {
+    for (recipe, frag) in [("fp7", "unknown recipe"), (p(&bad), "block"), (p(&badmodel), "abacus"), (p(&junk), "junk.json")] {
         let o = oracle(&["run", "--demo", "--recipe", recipe, "-q", "-o", p(&out)]);
         assert_eq!(o.status.code(), Some(2), "{recipe}");
         let err = String::from_utf8_lossy(&o.stderr);
         let lines: Vec<&str> = err.lines().collect();
         assert_eq!(lines.len(), 1, "{err}");
-        assert!(
-            lines[0].starts_with("error:") && lines[0].contains(frag),
-            "{err}"
-        );
+        assert!(lines[0].starts_with("error:") && lines[0].contains(frag), "{err}");
         assert!(!out.exists());
     }
 }
@@ -162,37 +110,14 @@ fn same_schedule_check_accepts_the_schedule_and_rejects_a_missing_promotion() {
     let dir = tempfile::tempdir().unwrap();
     let case = dir.path().join("case.safetensors");
     let o = oracle(&[
-        "golden",
-        "--preset",
-        "qwen3-30b-a3b",
-        "--recipe",
-        "fp8-block",
-        "--tokens",
-        "16",
-        "--experts",
-        "16",
-        "--hidden",
-        "512",
-        "--intermediate",
-        "256",
-        "-q",
-        "-o",
-        p(&case),
+        "golden", "--preset", "qwen3-30b-a3b", "--recipe", "fp8-block", "--tokens", "16", "--experts", "16", "--hidden", "512",
+        "--intermediate", "256", "-q", "-o", p(&case),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let same = dir.path().join("same.safetensors");
     let fast = dir.path().join("fast.safetensors");
     let run = |extra: &[&str], out: &Path| {
-        let mut args = vec![
-            "run",
-            p(&case),
-            "--recipe",
-            "fp8-block",
-            "--intermediates",
-            "-q",
-            "-o",
-            p(out),
-        ];
+        let mut args = vec!["run", p(&case), "--recipe", "fp8-block", "--intermediates", "-q", "-o", p(out)];
         args.extend_from_slice(extra);
         let o = oracle(&args);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -200,14 +125,7 @@ fn same_schedule_check_accepts_the_schedule_and_rejects_a_missing_promotion() {
     run(&[], &same);
     run(&["--accumulate", "hopper-fp8-fast"], &fast);
     let check = |cand: &Path, strict: bool| {
-        let mut args = vec![
-            "check",
-            p(&case),
-            "--candidate",
-            p(cand),
-            "--recipe",
-            "fp8-block",
-        ];
+        let mut args = vec!["check", p(&case), "--candidate", p(cand), "--recipe", "fp8-block"];
         if strict {
             args.push("--same-schedule");
         }
@@ -215,32 +133,18 @@ fn same_schedule_check_accepts_the_schedule_and_rejects_a_missing_promotion() {
     };
     assert_eq!(check(&same, false), Some(0));
     assert_eq!(check(&same, true), Some(0));
-    assert_eq!(
-        check(&fast, true),
-        Some(1),
-        "a missing promotion is not the recipe's schedule"
-    );
+    assert_eq!(check(&fast, true), Some(1), "a missing promotion is not the recipe's schedule");
 
     // `diagnose --same-schedule` localises it: GEMM1 is the first stage replayed from known operands
     // (the case's x and w13) whose result leaves the emulation by more than storage rounding.
     let diagnose = |cand: &Path, strict: bool| {
         let json = dir.path().join("diag.json");
-        let mut args = vec![
-            "diagnose",
-            p(&case),
-            "--candidate",
-            p(cand),
-            "--recipe",
-            "fp8-block",
-            "--json",
-            p(&json),
-        ];
+        let mut args = vec!["diagnose", p(&case), "--candidate", p(cand), "--recipe", "fp8-block", "--json", p(&json)];
         if strict {
             args.push("--same-schedule");
         }
         let o = oracle(&args);
-        let report: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         (o.status.code(), report["first_bad_stage"].clone())
     };
     assert_eq!(diagnose(&same, true), (Some(0), serde_json::Value::Null));

@@ -12,10 +12,7 @@ use safetensors::{Dtype, SafeTensors};
 const BIN: &str = env!("CARGO_BIN_EXE_moe-oracle");
 
 fn oracle(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("run moe-oracle")
+    Command::new(BIN).args(args).output().expect("run moe-oracle")
 }
 
 fn p(path: &Path) -> &str {
@@ -29,16 +26,8 @@ fn cfg(tokens: usize, routed: bool) -> MoeConfig {
         intermediate: 4,
         experts: 4,
         top_k: 2,
-        activation: Activation::SwigluClamped {
-            alpha: 1.702,
-            limit: 7.0,
-        },
-        routing: routed.then_some(Routing {
-            score: Score::Sigmoid,
-            normalize_topk: true,
-            scaling: 2.5,
-            groups: None,
-        }),
+        activation: Activation::SwigluClamped { alpha: 1.702, limit: 7.0 },
+        routing: routed.then_some(Routing { score: Score::Sigmoid, normalize_topk: true, scaling: 2.5, groups: None }),
         recipe: "bf16".into(),
         ep_ranks: 2,
     }
@@ -47,10 +36,7 @@ fn cfg(tokens: usize, routed: bool) -> MoeConfig {
 fn f64s(st: &SafeTensors, name: &str) -> Vec<f64> {
     let t = st.tensor(name).unwrap();
     assert_eq!(t.dtype(), Dtype::F64, "{name}");
-    t.data()
-        .chunks_exact(8)
-        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-        .collect()
+    t.data().chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
 fn names(st: &SafeTensors) -> Vec<String> {
@@ -82,10 +68,7 @@ fn assert_fails(o: &Output, out: &Path, frag: &str) {
     if let Some(dir) = out.parent().filter(|d| d.is_dir()) {
         for f in std::fs::read_dir(dir).unwrap() {
             let name = f.unwrap().file_name().to_string_lossy().into_owned();
-            assert!(
-                !name.ends_with(".tmp"),
-                "temporary file left behind: {name}"
-            );
+            assert!(!name.ends_with(".tmp"), "temporary file left behind: {name}");
         }
     }
 }
@@ -111,22 +94,11 @@ fn demo_writes_outputs() {
     let out2 = d.path().join("rerun.safetensors");
     let o = oracle(&["run", p(&case_out), "-o", p(&out2), "-q"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        o.stderr.is_empty(),
-        "-q prints nothing on stderr: {}",
-        stderr(&o)
-    );
+    assert!(o.stderr.is_empty(), "-q prints nothing on stderr: {}", stderr(&o));
     let bytes2 = std::fs::read(&out2).unwrap();
     let st2 = SafeTensors::deserialize(&bytes2).unwrap();
     assert_eq!(names(&st), names(&st2));
-    for n in [
-        "y",
-        "grad.x",
-        "grad.w13",
-        "grad.w2",
-        "grad.topk_weights",
-        "grad.router.weight",
-    ] {
+    for n in ["y", "grad.x", "grad.w13", "grad.w2", "grad.topk_weights", "grad.router.weight"] {
         assert_eq!(f64s(&st, n), f64s(&st2, n), "{n}");
     }
 
@@ -134,10 +106,7 @@ fn demo_writes_outputs() {
     let out3 = d.path().join("run-demo.safetensors");
     let o = oracle(&["run", "--demo", "-o", p(&out3)]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        std::fs::read(&out3).unwrap() == bytes,
-        "the demo is deterministic"
-    );
+    assert!(std::fs::read(&out3).unwrap() == bytes, "the demo is deterministic");
 }
 
 #[test]
@@ -199,25 +168,13 @@ fn run_given_routing_with_intermediates() {
         let t = st.tensor(name).unwrap();
         assert_eq!(t.shape(), shape.as_slice(), "{name}");
         let int = name.starts_with("fwd.row_") || name == "fwd.expert_offsets";
-        assert_eq!(
-            t.dtype(),
-            if int { Dtype::I32 } else { Dtype::F64 },
-            "{name}"
-        );
+        assert_eq!(t.dtype(), if int { Dtype::I32 } else { Dtype::F64 }, "{name}");
     }
     // Same numbers as the library.
     let fwd = layer::forward(&inp, Options::default());
-    let bwd = layer::backward(
-        &inp,
-        &fwd,
-        inp.dy.as_ref().unwrap().view(),
-        Options::default(),
-    );
+    let bwd = layer::backward(&inp, &fwd, inp.dy.as_ref().unwrap().view(), Options::default());
     assert_eq!(f64s(&st, "y"), fwd.y.iter().copied().collect::<Vec<_>>());
-    assert_eq!(
-        f64s(&st, "grad.w13"),
-        bwd.grad_w13.iter().copied().collect::<Vec<_>>()
-    );
+    assert_eq!(f64s(&st, "grad.w13"), bwd.grad_w13.iter().copied().collect::<Vec<_>>());
 }
 
 #[test]
@@ -274,51 +231,24 @@ fn bad_inputs_exit_2_with_one_line() {
     write_case(&case_path, &good, FloatDtype::F64).unwrap();
     let bytes = std::fs::read(&case_path).unwrap();
     std::fs::write(&case_path, &bytes[..bytes.len() - 3]).unwrap();
-    assert_fails(
-        &oracle(&["run", p(&case_path), "-o", p(&out)]),
-        &out,
-        "truncated file",
-    );
+    assert_fails(&oracle(&["run", p(&case_path), "-o", p(&out)]), &out, "truncated file");
 
     // Garbage.
-    std::fs::write(
-        &case_path,
-        b"\x10\x00\x00\x00\x00\x00\x00\x00{{{{{{{{{{{{{{{{",
-    )
-    .unwrap();
-    assert_fails(
-        &oracle(&["run", p(&case_path), "-o", p(&out)]),
-        &out,
-        "malformed safetensors file",
-    );
+    std::fs::write(&case_path, b"\x10\x00\x00\x00\x00\x00\x00\x00{{{{{{{{{{{{{{{{").unwrap();
+    assert_fails(&oracle(&["run", p(&case_path), "-o", p(&out)]), &out, "malformed safetensors file");
 
     // Expert id out of range.
     let mut bad = good.clone();
     bad.topk_ids.as_mut().unwrap()[[1, 0]] = 17;
     write_case(&case_path, &bad, FloatDtype::F64).unwrap();
-    assert_fails(
-        &oracle(&["run", p(&case_path), "-o", p(&out)]),
-        &out,
-        "token 1, slot 0: expert id 17",
-    );
+    assert_fails(&oracle(&["run", p(&case_path), "-o", p(&out)]), &out, "token 1, slot 0: expert id 17");
 
     // NaN, then accepted with --allow-nonfinite.
     let mut bad = good.clone();
     bad.w13[[0, 1, 2]] = f64::NAN;
     write_case(&case_path, &bad, FloatDtype::BF16).unwrap();
-    assert_fails(
-        &oracle(&["run", p(&case_path), "-o", p(&out)]),
-        &out,
-        "tensor `w13`: non-finite value NaN",
-    );
-    let o = oracle(&[
-        "run",
-        p(&case_path),
-        "-o",
-        p(&out),
-        "--allow-nonfinite",
-        "-q",
-    ]);
+    assert_fails(&oracle(&["run", p(&case_path), "-o", p(&out)]), &out, "tensor `w13`: non-finite value NaN");
+    let o = oracle(&["run", p(&case_path), "-o", p(&out), "--allow-nonfinite", "-q"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(out.exists());
     std::fs::remove_file(&out).unwrap();
@@ -327,28 +257,16 @@ fn bad_inputs_exit_2_with_one_line() {
     let mut bad = good.clone();
     bad.cfg.top_k = 9;
     write_case(&case_path, &bad, FloatDtype::F64).unwrap();
-    assert_fails(
-        &oracle(&["run", p(&case_path), "-o", p(&out)]),
-        &out,
-        "top_k 9 exceeds experts 4",
-    );
+    assert_fails(&oracle(&["run", p(&case_path), "-o", p(&out)]), &out, "top_k 9 exceeds experts 4");
 
     // Output directory missing: refused before computing.
     write_case(&case_path, &good, FloatDtype::F64).unwrap();
     let nowhere = d.path().join("no-dir").join("out.safetensors");
-    assert_fails(
-        &oracle(&["run", p(&case_path), "-o", p(&nowhere)]),
-        &nowhere,
-        "does not exist",
-    );
+    assert_fails(&oracle(&["run", p(&case_path), "-o", p(&nowhere)]), &nowhere, "does not exist");
 
     // Usage errors are one line and status 2 too.
     assert_fails(&oracle(&["run", p(&case_path)]), &out, "--output");
-    assert_fails(
-        &oracle(&["run", p(&case_path), "-o", p(&out), "--engine", "blas"]),
-        &out,
-        "blas",
-    );
+    assert_fails(&oracle(&["run", p(&case_path), "-o", p(&out), "--engine", "blas"]), &out, "blas");
     assert_fails(&oracle(&["frobnicate"]), &out, "frobnicate");
 
     // The good case still runs.

@@ -11,10 +11,7 @@ use ndarray::{ArrayD, CowArray, IxDyn};
 
 fn corpus() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/case_reader");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     files
 }
@@ -30,10 +27,7 @@ fn read(bytes: &[u8], allow_nonfinite: bool) -> Result<(), String> {
 
 fn assert_one_line(what: &str, msg: &str) {
     assert!(!msg.trim().is_empty(), "{what}: empty message");
-    assert!(
-        !msg.contains('\n') && !msg.contains('\r'),
-        "{what}: message spans lines: {msg:?}"
-    );
+    assert!(!msg.contains('\n') && !msg.contains('\r'), "{what}: message spans lines: {msg:?}");
 }
 
 #[test]
@@ -45,8 +39,7 @@ fn corpus_replays_without_panics_and_with_one_line_errors() {
         let bytes = std::fs::read(f).unwrap();
         let name = f.file_name().unwrap().to_string_lossy();
         for allow in [false, true] {
-            let r = std::panic::catch_unwind(|| read(&bytes, allow))
-                .unwrap_or_else(|_| panic!("{name}: panic"));
+            let r = std::panic::catch_unwind(|| read(&bytes, allow)).unwrap_or_else(|_| panic!("{name}: panic"));
             match r {
                 Ok(()) => ok += 1,
                 Err(m) => {
@@ -65,10 +58,7 @@ fn corpus_replays_without_panics_and_with_one_line_errors() {
     }
     // The corpus exercises both outcomes.
     assert!(ok > 0 && err > 0, "ok {ok}, errors {err}");
-    println!(
-        "replayed {} corpus files: {ok} reads, {err} one-line errors",
-        files.len()
-    );
+    println!("replayed {} corpus files: {ok} reads, {err} one-line errors", files.len());
 }
 
 /// Print each file of `$CASE_READER_CLASSIFY` with its outcome class (digits folded), to pick a small
@@ -77,44 +67,23 @@ fn corpus_replays_without_panics_and_with_one_line_errors() {
 #[test]
 #[ignore = "a tool for minimising the corpus"]
 fn classify() {
-    let Some(dir) = std::env::var_os("CASE_READER_CLASSIFY") else {
-        return;
-    };
+    let Some(dir) = std::env::var_os("CASE_READER_CLASSIFY") else { return };
     for e in std::fs::read_dir(dir).unwrap() {
         let path = e.unwrap().path();
         let bytes = std::fs::read(&path).unwrap();
         let class = match read(&bytes, false) {
             Ok(()) => "ok".to_string(),
             Err(m) => {
-                let folded: String = m
-                    .chars()
-                    .map(|c| if c.is_ascii_digit() { '#' } else { c })
-                    .collect();
-                folded
-                    .split("#")
-                    .filter(|s| !s.is_empty())
-                    .collect::<Vec<_>>()
-                    .join("#")
-                    .chars()
-                    .take(45)
-                    .collect()
+                let folded: String = m.chars().map(|c| if c.is_ascii_digit() { '#' } else { c }).collect();
+                folded.split("#").filter(|s| !s.is_empty()).collect::<Vec<_>>().join("#").chars().take(45).collect()
             }
         };
         let cfg_class = match std::str::from_utf8(&bytes).map(parse_config) {
             Ok(Ok(_)) => "config ok".to_string(),
-            Ok(Err(e)) => e
-                .to_string()
-                .chars()
-                .filter(|c| !c.is_ascii_digit())
-                .take(45)
-                .collect(),
+            Ok(Err(e)) => e.to_string().chars().filter(|c| !c.is_ascii_digit()).take(45).collect(),
             Err(_) => String::new(),
         };
-        println!(
-            "CLASS\t{class} | {cfg_class}\t{}\t{}",
-            bytes.len(),
-            path.display()
-        );
+        println!("CLASS\t{class} | {cfg_class}\t{}\t{}", bytes.len(), path.display());
     }
 }
 
@@ -136,11 +105,7 @@ fn f32s(shape: &[usize], v: f32) -> TensorData<'static> {
 }
 
 /// A valid given-routing case [T=2, H=4, I=2, E=3, k=2], with `edit` applied to its tensor list.
-fn write_case(
-    path: &Path,
-    config: &str,
-    edit: impl FnOnce(&mut Vec<(String, TensorData<'static>)>),
-) {
+fn write_case(path: &Path, config: &str, edit: impl FnOnce(&mut Vec<(String, TensorData<'static>)>)) {
     let ids = ArrayD::from_shape_vec(IxDyn(&[2, 2]), vec![0, 2, 1, 0]).unwrap();
     let mut t: Vec<(String, TensorData<'static>)> = vec![
         ("x".into(), f32s(&[2, 4], 0.5)),
@@ -178,10 +143,7 @@ fn malformed_cases_make_run_exit_2_with_one_line_and_no_output() {
         assert_eq!(o.status.code(), Some(2), "{frag}: {err}");
         let lines: Vec<&str> = err.lines().collect();
         assert_eq!(lines.len(), 1, "{frag}: {err:?}");
-        assert!(
-            lines[0].starts_with("error: ") && lines[0].contains(frag),
-            "{err:?} lacks {frag:?}"
-        );
+        assert!(lines[0].starts_with("error: ") && lines[0].contains(frag), "{err:?} lacks {frag:?}");
         assert!(!out.exists(), "{frag}: output written");
     };
 
@@ -192,13 +154,7 @@ fn malformed_cases_make_run_exit_2_with_one_line_and_no_output() {
     std::fs::remove_file(&out).unwrap();
 
     // Wrong dtype: x as I32, topk_ids as F32.
-    write_case(&case_path, CFG, |t| {
-        set(
-            t,
-            "x",
-            TensorData::I32(CowArray::from(ArrayD::from_elem(IxDyn(&[2, 4]), 1))),
-        )
-    });
+    write_case(&case_path, CFG, |t| set(t, "x", TensorData::I32(CowArray::from(ArrayD::from_elem(IxDyn(&[2, 4]), 1)))));
     fails("tensor `x`: unsupported dtype I32");
     write_case(&case_path, CFG, |t| set(t, "topk_ids", f32s(&[2, 2], 1.0)));
     fails("tensor `topk_ids`: unsupported dtype F32 (expected I32)");
@@ -218,9 +174,7 @@ fn malformed_cases_make_run_exit_2_with_one_line_and_no_output() {
     });
     fails("expert id -2 out of range");
     // Infinity in dy.
-    write_case(&case_path, CFG, |t| {
-        set(t, "dy", f32s(&[2, 4], f32::INFINITY))
-    });
+    write_case(&case_path, CFG, |t| set(t, "dy", f32s(&[2, 4], f32::INFINITY)));
     fails("tensor `dy`: non-finite value inf");
     // k > E in the config (the tensors agree with it).
     let k_gt_e = CFG.replace(r#""experts":3,"top_k":2"#, r#""experts":1,"top_k":2"#);
@@ -234,10 +188,8 @@ fn malformed_cases_make_run_exit_2_with_one_line_and_no_output() {
     fails("`moe.config` is not a valid config");
     // A golden file cut in half.
     std::fs::write(&case_path, {
-        let mut b = std::fs::read(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/qwen3-30b-a3b_t1.safetensors"),
-        )
-        .unwrap();
+        let mut b =
+            std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/qwen3-30b-a3b_t1.safetensors")).unwrap();
         b.truncate(b.len() / 2);
         b
     })

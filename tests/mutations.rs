@@ -45,9 +45,7 @@ fn put2(t: &mut BTreeMap<String, ArrayD<f64>>, n: &str, a: Array2<f64>) {
 /// The expert with the most rows.
 fn busiest(b: &Base) -> usize {
     let rows = &b.em.fwd.rows;
-    (0..rows.experts)
-        .max_by_key(|&e| rows.expert_rows(e).len())
-        .unwrap()
+    (0..rows.experts).max_by_key(|&e| rows.expert_rows(e).len()).unwrap()
 }
 
 fn bf16_case(seed: u64) -> LayerInputs {
@@ -65,14 +63,7 @@ fn gate_up_swapped() -> Mutant {
         wrong.w13.slice_mut(s![e, i.., ..]).assign(&g);
     }
     let b = base(&wrong);
-    Mutant {
-        name: "gate/up halves swapped (w13 read up-then-gate)",
-        inputs: inp,
-        tensors: b.tensors,
-        stage: "fwd.h",
-        pattern: Some("gate-up-swapped"),
-        experts: None,
-    }
+    Mutant { name: "gate/up halves swapped (w13 read up-then-gate)", inputs: inp, tensors: b.tensors, stage: "fwd.h", pattern: Some("gate-up-swapped"), experts: None }
 }
 
 fn slot_weight_missing() -> Mutant {
@@ -96,14 +87,7 @@ fn slot_weight_missing() -> Mutant {
         }
     }
     put2(&mut t, "y", y);
-    Mutant {
-        name: "one slot's combine weight missing",
-        inputs: inp,
-        tensors: t,
-        stage: "y",
-        pattern: Some("slot-weight-missing"),
-        experts: None,
-    }
+    Mutant { name: "one slot's combine weight missing", inputs: inp, tensors: t, stage: "y", pattern: Some("slot-weight-missing"), experts: None }
 }
 
 fn rows_shifted() -> Mutant {
@@ -119,14 +103,7 @@ fn rows_shifted() -> Mutant {
         o.row_mut(rr).assign(&block.row((j + 1) % n));
     }
     put2(&mut t, "fwd.o", o);
-    Mutant {
-        name: "an expert's output rows shifted by one",
-        inputs: inp,
-        tensors: t,
-        stage: "fwd.o",
-        pattern: Some("expert-rows-shifted"),
-        experts: Some(vec![e]),
-    }
+    Mutant { name: "an expert's output rows shifted by one", inputs: inp, tensors: t, stage: "fwd.o", pattern: Some("expert-rows-shifted"), experts: Some(vec![e]) }
 }
 
 fn double_counted() -> Mutant {
@@ -139,14 +116,7 @@ fn double_counted() -> Mutant {
         let a = t[n].mapv(|v| 2.0 * v);
         t.insert(n.into(), a);
     }
-    Mutant {
-        name: "weight gradients 2x with ep_ranks 2 (double counting)",
-        inputs: inp,
-        tensors: t,
-        stage: "grad.w2",
-        pattern: Some("double-counted"),
-        experts: None,
-    }
+    Mutant { name: "weight gradients 2x with ep_ranks 2 (double counting)", inputs: inp, tensors: t, stage: "grad.w2", pattern: Some("double-counted"), experts: None }
 }
 
 fn nan_rows() -> Mutant {
@@ -163,14 +133,7 @@ fn nan_rows() -> Mutant {
     }
     put2(&mut t, "fwd.o", o);
     put2(&mut t, "y", y);
-    Mutant {
-        name: "rows past the last group offset left uninitialised (NaN leaks into y)",
-        inputs: inp,
-        tensors: t,
-        stage: "fwd.o",
-        pattern: Some("nan-uninitialised-rows"),
-        experts: None,
-    }
+    Mutant { name: "rows past the last group offset left uninitialised (NaN leaks into y)", inputs: inp, tensors: t, stage: "fwd.o", pattern: Some("nan-uninitialised-rows"), experts: None }
 }
 
 fn zero_token_expert() -> Mutant {
@@ -183,14 +146,7 @@ fn zero_token_expert() -> Mutant {
     let mut g = t["grad.w2"].clone().into_dimensionality::<Ix3>().unwrap();
     g.index_axis_mut(Axis(0), 3).mapv_inplace(|_| 1e-3);
     t.insert("grad.w2".into(), g.into_dyn());
-    Mutant {
-        name: "expert with zero tokens gets non-zero weight gradient",
-        inputs: inp,
-        tensors: t,
-        stage: "grad.w2",
-        pattern: Some("zero-token-expert-grad"),
-        experts: Some(vec![3]),
-    }
+    Mutant { name: "expert with zero tokens gets non-zero weight gradient", inputs: inp, tensors: t, stage: "grad.w2", pattern: Some("zero-token-expert-grad"), experts: Some(vec![3]) }
 }
 
 fn missing_promotion() -> Mutant {
@@ -202,14 +158,7 @@ fn missing_promotion() -> Mutant {
     let mut fast = Recipe::named("fp8-block").unwrap();
     fast.gemm1.accumulate = "hopper-fp8-fast".into();
     let b = emulate_with(&inp, &fast);
-    Mutant {
-        name: "FP8 GEMM without promotion to f32 every 128",
-        inputs: inp,
-        tensors: b.tensors,
-        stage: "fwd.h",
-        pattern: Some("missing-promotion"),
-        experts: None,
-    }
+    Mutant { name: "FP8 GEMM without promotion to f32 every 128", inputs: inp, tensors: b.tensors, stage: "fwd.h", pattern: Some("missing-promotion"), experts: None }
 }
 
 /// fwd.h of an FP8 recipe computed by the quantiser and accumulator, one operand's scale grid misread.
@@ -223,9 +172,7 @@ fn fp8_fwd_h(inp: &LayerInputs, misread: impl Fn(&mut QuantTensor, bool)) -> Arr
     let expand = |q: &QuantTensor| -> Array2<f64> {
         match q.spec.block {
             Block::Rows(_) => q.scale.clone(),
-            Block::Tile(p, _) => {
-                Array2::from_shape_fn((q.q.nrows(), q.scale.ncols()), |(i, j)| q.scale[[i / p, j]])
-            }
+            Block::Tile(p, _) => Array2::from_shape_fn((q.q.nrows(), q.scale.ncols()), |(i, j)| q.scale[[i / p, j]]),
             Block::Cols(_) => unreachable!(),
         }
     };
@@ -235,19 +182,11 @@ fn fp8_fwd_h(inp: &LayerInputs, misread: impl Fn(&mut QuantTensor, bool)) -> Arr
             continue;
         }
         let mut qa = quant::quantize(xr.slice(s![rr.clone(), ..]), &plan.a.as_ref().unwrap().spec);
-        let mut qb = quant::quantize(
-            inp.w13.index_axis(Axis(0), e),
-            &plan.b.as_ref().unwrap().spec,
-        );
+        let mut qb = quant::quantize(inp.w13.index_axis(Axis(0), e), &plan.b.as_ref().unwrap().spec);
         misread(&mut qa, false);
         misread(&mut qb, true);
         let (sa, sb) = (expand(&qa), expand(&qb));
-        let acc = accum::gemm_nt(
-            &plan.model,
-            qa.q.view(),
-            qb.q.view(),
-            Some((sa.view(), sb.view(), 128)),
-        );
+        let acc = accum::gemm_nt(&plan.model, qa.q.view(), qb.q.view(), Some((sa.view(), sb.view(), 128)));
         h.slice_mut(s![rr, ..]).assign(&acc.mapv(bf));
     }
     h
@@ -256,9 +195,7 @@ fn fp8_fwd_h(inp: &LayerInputs, misread: impl Fn(&mut QuantTensor, bool)) -> Arr
 fn scale_transposed() -> Mutant {
     let mut inp = inputs(&cfg(8, 256, 128, 2, 1, "fp8-block"), 18);
     // Tiles of very different magnitude, so a misread scale matters.
-    inp.w13
-        .slice_mut(s![.., ..128, 128..])
-        .mapv_inplace(|v| v * 16.0);
+    inp.w13.slice_mut(s![.., ..128, 128..]).mapv_inplace(|v| v * 16.0);
     let mut t = base(&inp).tensors;
     let h = fp8_fwd_h(&inp, |q, is_w| {
         if is_w {
@@ -266,14 +203,7 @@ fn scale_transposed() -> Mutant {
         }
     });
     put2(&mut t, "fwd.h", h);
-    Mutant {
-        name: "FP8 weight scale tiles read transposed",
-        inputs: inp,
-        tensors: t,
-        stage: "fwd.h",
-        pattern: Some("scale-block-transposed"),
-        experts: None,
-    }
+    Mutant { name: "FP8 weight scale tiles read transposed", inputs: inp, tensors: t, stage: "fwd.h", pattern: Some("scale-block-transposed"), experts: None }
 }
 
 fn scale_off_by_one() -> Mutant {
@@ -287,14 +217,7 @@ fn scale_off_by_one() -> Mutant {
         }
     });
     put2(&mut t, "fwd.h", h);
-    Mutant {
-        name: "FP8 activation scale block off by one along K",
-        inputs: inp,
-        tensors: t,
-        stage: "fwd.h",
-        pattern: Some("scale-block-off-by-one"),
-        experts: None,
-    }
+    Mutant { name: "FP8 activation scale block off by one along K", inputs: inp, tensors: t, stage: "fwd.h", pattern: Some("scale-block-off-by-one"), experts: None }
 }
 
 fn masked_small_experts() -> Mutant {
@@ -312,14 +235,7 @@ fn masked_small_experts() -> Mutant {
         }
     }
     put2(&mut t, "fwd.h", h);
-    Mutant {
-        name: "masked grouped GEMM drops the last row of experts with < 64 rows",
-        inputs: inp,
-        tensors: t,
-        stage: "fwd.h",
-        pattern: None,
-        experts: Some(hit),
-    }
+    Mutant { name: "masked grouped GEMM drops the last row of experts with < 64 rows", inputs: inp, tensors: t, stage: "fwd.h", pattern: None, experts: Some(hit) }
 }
 
 fn fp8_zero_channel_128() -> Mutant {
@@ -331,14 +247,7 @@ fn fp8_zero_channel_128() -> Mutant {
     let mut g = t["grad.w13"].clone().into_dimensionality::<Ix3>().unwrap();
     g.slice_mut(s![0, .., 5]).fill(f64::NAN);
     t.insert("grad.w13".into(), g.into_dyn());
-    Mutant {
-        name: "FP8 wgrad, 128 tokens on one expert, all-zero channel (amax 0 -> NaN)",
-        inputs: inp,
-        tensors: t,
-        stage: "grad.w13",
-        pattern: Some("non-finite"),
-        experts: Some(vec![0]),
-    }
+    Mutant { name: "FP8 wgrad, 128 tokens on one expert, all-zero channel (amax 0 -> NaN)", inputs: inp, tensors: t, stage: "grad.w13", pattern: Some("non-finite"), experts: Some(vec![0]) }
 }
 
 fn stream_race_nan() -> Mutant {
@@ -349,14 +258,7 @@ fn stream_race_nan() -> Mutant {
     y.row_mut(2).fill(f64::NAN);
     y.row_mut(5).fill(f64::NAN);
     put2(&mut t, "y", y);
-    Mutant {
-        name: "NaN from a dispatch/combine stream race",
-        inputs: inp,
-        tensors: t,
-        stage: "y",
-        pattern: Some("nan-uninitialised-rows"),
-        experts: None,
-    }
+    Mutant { name: "NaN from a dispatch/combine stream race", inputs: inp, tensors: t, stage: "y", pattern: Some("nan-uninitialised-rows"), experts: None }
 }
 
 fn do_without_weight() -> Mutant {
@@ -365,18 +267,9 @@ fn do_without_weight() -> Mutant {
     let rows = &b.em.fwd.rows;
     let dy = inp.dy.as_ref().unwrap();
     let mut t = b.tensors.clone();
-    let d = Array2::from_shape_fn((rows.rows(), inp.cfg.hidden), |(r, c)| {
-        bf(dy[[rows.row_token[r], c]])
-    });
+    let d = Array2::from_shape_fn((rows.rows(), inp.cfg.hidden), |(r, c)| bf(dy[[rows.row_token[r], c]]));
     put2(&mut t, "bwd.do", d);
-    Mutant {
-        name: "backward combine forgets the weight (do = dy)",
-        inputs: inp,
-        tensors: t,
-        stage: "bwd.do",
-        pattern: Some("slot-weight-missing"),
-        experts: None,
-    }
+    Mutant { name: "backward combine forgets the weight (do = dy)", inputs: inp, tensors: t, stage: "bwd.do", pattern: Some("slot-weight-missing"), experts: None }
 }
 
 fn undispatch_drops_slot() -> Mutant {
@@ -386,18 +279,9 @@ fn undispatch_drops_slot() -> Mutant {
     let dx = get2(&b.tensors, "bwd.dx_rows");
     let k = inp.cfg.top_k;
     let mut t = b.tensors.clone();
-    let g = Array2::from_shape_fn((inp.cfg.tokens, inp.cfg.hidden), |(tk, c)| {
-        rows.slot_row[tk * k].map_or(0.0, |r| dx[[r, c]])
-    });
+    let g = Array2::from_shape_fn((inp.cfg.tokens, inp.cfg.hidden), |(tk, c)| rows.slot_row[tk * k].map_or(0.0, |r| dx[[r, c]]));
     put2(&mut t, "grad.x", g);
-    Mutant {
-        name: "un-dispatch sums only slot 0 into grad.x",
-        inputs: inp,
-        tensors: t,
-        stage: "grad.x",
-        pattern: None,
-        experts: None,
-    }
+    Mutant { name: "un-dispatch sums only slot 0 into grad.x", inputs: inp, tensors: t, stage: "grad.x", pattern: None, experts: None }
 }
 
 fn gtw_sign() -> Mutant {
@@ -407,14 +291,7 @@ fn gtw_sign() -> Mutant {
     let mut g = get2(&t, "grad.topk_weights");
     g.row_mut(3).mapv_inplace(|v| -v);
     put2(&mut t, "grad.topk_weights", g);
-    Mutant {
-        name: "grad.topk_weights of one token with the wrong sign",
-        inputs: inp,
-        tensors: t,
-        stage: "grad.topk_weights",
-        pattern: None,
-        experts: None,
-    }
+    Mutant { name: "grad.topk_weights of one token with the wrong sign", inputs: inp, tensors: t, stage: "grad.topk_weights", pattern: None, experts: None }
 }
 
 fn dh_gate_sign() -> Mutant {
@@ -427,14 +304,7 @@ fn dh_gate_sign() -> Mutant {
     let mut dh = get2(&t, "bwd.dh");
     dh.slice_mut(s![r, ..i]).mapv_inplace(|v| -v);
     put2(&mut t, "bwd.dh", dh);
-    Mutant {
-        name: "SwiGLU backward: gate gradient negated on one expert",
-        inputs: inp,
-        tensors: t,
-        stage: "bwd.dh",
-        pattern: None,
-        experts: Some(vec![e]),
-    }
+    Mutant { name: "SwiGLU backward: gate gradient negated on one expert", inputs: inp, tensors: t, stage: "bwd.dh", pattern: None, experts: Some(vec![e]) }
 }
 
 fn da_scaled() -> Mutant {
@@ -446,14 +316,7 @@ fn da_scaled() -> Mutant {
     let mut da = get2(&t, "bwd.da");
     da.slice_mut(s![r, ..]).mapv_inplace(|v| bf(v * 1.05));
     put2(&mut t, "bwd.da", da);
-    Mutant {
-        name: "GEMM2 dgrad 5% off on one expert (wrong scale)",
-        inputs: inp,
-        tensors: t,
-        stage: "bwd.da",
-        pattern: None,
-        experts: Some(vec![e]),
-    }
+    Mutant { name: "GEMM2 dgrad 5% off on one expert (wrong scale)", inputs: inp, tensors: t, stage: "bwd.da", pattern: None, experts: Some(vec![e]) }
 }
 
 fn wgrad_drops_last_row() -> Mutant {
@@ -464,23 +327,12 @@ fn wgrad_drops_last_row() -> Mutant {
     let dh = get2(&b.tensors, "bwd.dh");
     let xr = b.em.fwd.rows.gather(inp.x.view());
     let keep = r.start..r.end - 1;
-    let g = moe_reference::gemm::matmul_nt(
-        dh.slice(s![keep.clone(), ..]).t(),
-        xr.slice(s![keep, ..]).t(),
-    )
-    .mapv(|v| v as f32 as f64);
+    let g = moe_reference::gemm::matmul_nt(dh.slice(s![keep.clone(), ..]).t(), xr.slice(s![keep, ..]).t()).mapv(|v| v as f32 as f64);
     let mut t = b.tensors.clone();
     let mut w = t["grad.w13"].clone().into_dimensionality::<Ix3>().unwrap();
     w.index_axis_mut(Axis(0), e).assign(&g);
     t.insert("grad.w13".into(), w.into_dyn());
-    Mutant {
-        name: "weight-gradient GEMM misses the expert's last row",
-        inputs: inp,
-        tensors: t,
-        stage: "grad.w13",
-        pattern: None,
-        experts: Some(vec![e]),
-    }
+    Mutant { name: "weight-gradient GEMM misses the expert's last row", inputs: inp, tensors: t, stage: "grad.w13", pattern: None, experts: Some(vec![e]) }
 }
 
 fn mutants() -> Vec<Mutant> {
@@ -510,19 +362,11 @@ fn mutants() -> Vec<Mutant> {
 fn every_mutant_fails_check_and_diagnose_names_its_stage() {
     let dir = tempfile::tempdir().unwrap();
     let ms = mutants();
-    let (mut detected, mut staged, mut with_pattern, mut patterned, mut blamed, mut with_experts) =
-        (0, 0, 0, 0, 0, 0);
+    let (mut detected, mut staged, mut with_pattern, mut patterned, mut blamed, mut with_experts) = (0, 0, 0, 0, 0, 0);
     let mut failures = Vec::new();
     for (n, m) in ms.iter().enumerate() {
         let case = write_case(dir.path(), &format!("m{n}"), &m.inputs);
-        let cand = write_candidate(
-            dir.path(),
-            &format!("m{n}"),
-            &m.inputs.cfg,
-            &m.tensors,
-            None,
-            FloatDtype::F32,
-        );
+        let cand = write_candidate(dir.path(), &format!("m{n}"), &m.inputs.cfg, &m.tensors, None, FloatDtype::F32);
         let v = judge(&case, &cand, None);
         let ok_check = v.check.verdict == "fail";
         let ok_stage = v.diag.first_bad_stage == Some(m.stage);
@@ -550,10 +394,7 @@ fn every_mutant_fails_check_and_diagnose_names_its_stage() {
         );
         // No smearing: with the whole pipeline consistently computed from swapped weights, the stages
         // downstream of fwd.h that read no weights (replayed from the candidate's own inputs) pass.
-        let ok_clean = !m.name.starts_with("gate/up")
-            || !["fwd.a", "y", "grad.topk_weights", "bwd.dh", "grad.w13"]
-                .iter()
-                .any(|s| v.diag.also_bad.contains(s));
+        let ok_clean = !m.name.starts_with("gate/up") || !["fwd.a", "y", "grad.topk_weights", "bwd.dh", "grad.w13"].iter().any(|s| v.diag.also_bad.contains(s));
         if !(ok_check && ok_stage && ok_pattern && ok_experts && ok_clean) {
             failures.push(m.name);
         }
@@ -577,19 +418,9 @@ fn random_correct(seed: u64, dir: &std::path::Path) -> (std::path::PathBuf, std:
     let recipe = NAMED[seed as usize % NAMED.len()];
     let e = 1 + pick(6);
     let k = 1 + pick(e.min(3));
-    let mut c = cfg(
-        1 + pick(12),
-        [8, 16, 32, 48][pick(4)],
-        [4, 8, 16][pick(3)],
-        e,
-        k,
-        recipe,
-    );
+    let mut c = cfg(1 + pick(12), [8, 16, 32, 48][pick(4)], [4, 8, 16][pick(3)], e, k, recipe);
     if pick(3) == 0 {
-        c.activation = Activation::SwigluClamped {
-            alpha: 1.702,
-            limit: 7.0,
-        };
+        c.activation = Activation::SwigluClamped { alpha: 1.702, limit: 7.0 };
     }
     c.routing = match pick(3) {
         0 => softmax_routing(),
@@ -611,11 +442,7 @@ fn random_correct(seed: u64, dir: &std::path::Path) -> (std::path::PathBuf, std:
     let b = base(&inp);
     let rows = &b.em.fwd.rows;
     let case = write_case(dir, &format!("fa{seed}"), &inp);
-    let dtype = if pick(2) == 0 {
-        FloatDtype::F32
-    } else {
-        FloatDtype::F64
-    };
+    let dtype = if pick(2) == 0 { FloatDtype::F32 } else { FloatDtype::F64 };
     let cand = if pick(2) == 0 {
         // The kernel's own row order: a random permutation of the rows.
         let m = rows.rows();
@@ -623,14 +450,7 @@ fn random_correct(seed: u64, dir: &std::path::Path) -> (std::path::PathBuf, std:
         for i in (1..m).rev() {
             order.swap(i, pick(i + 1));
         }
-        write_candidate(
-            dir,
-            &format!("fa{seed}"),
-            &c,
-            &b.tensors,
-            Some((&order, &rows.row_token, &rows.row_slot)),
-            dtype,
-        )
+        write_candidate(dir, &format!("fa{seed}"), &c, &b.tensors, Some((&order, &rows.row_token, &rows.row_slot)), dtype)
     } else {
         write_candidate(dir, &format!("fa{seed}"), &c, &b.tensors, None, dtype)
     };
@@ -668,24 +488,13 @@ fn false_alarms(n: u64) {
         check_alarms.len(),
         diag_alarms.len()
     );
-    assert!(
-        check_alarms.is_empty() && diag_alarms.is_empty(),
-        "false alarms: check {check_alarms:#?}\ndiagnose {diag_alarms:#?}"
-    );
-    assert!(
-        mismatch.is_empty(),
-        "stage replay does not reproduce the emulation: {mismatch:?}"
-    );
+    assert!(check_alarms.is_empty() && diag_alarms.is_empty(), "false alarms: check {check_alarms:#?}\ndiagnose {diag_alarms:#?}");
+    assert!(mismatch.is_empty(), "stage replay does not reproduce the emulation: {mismatch:?}");
 }
 
 #[test]
 fn no_false_alarm_on_correct_emulated_candidates() {
-    false_alarms(
-        std::env::var("MOE_FALSE_ALARM_N")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(1000),
-    );
+    false_alarms(std::env::var("MOE_FALSE_ALARM_N").ok().and_then(|s| s.parse().ok()).unwrap_or(1000));
 }
 
 /// Regression: with softmax routing and `normalize_topk`, an unselected expert's logit gradient is exactly
@@ -710,47 +519,17 @@ fn pow2_scales_show_as_an_emulation_mismatch() {
     let dir = tempfile::tempdir().unwrap();
     let inp = inputs(&cfg(16, 256, 64, 2, 1, "fp8-block"), 30);
     let mut r = Recipe::named("fp8-block").unwrap();
-    for g in [
-        &mut r.gemm1,
-        &mut r.gemm2,
-        &mut r.dgrad2,
-        &mut r.wgrad2,
-        &mut r.dgrad1,
-        &mut r.wgrad1,
-    ] {
+    for g in [&mut r.gemm1, &mut r.gemm2, &mut r.dgrad2, &mut r.wgrad2, &mut r.dgrad1, &mut r.wgrad1] {
         for q in [g.a.as_mut(), g.b.as_mut()].into_iter().flatten() {
             q.scale = "deepgemm-pow2".into();
         }
     }
     let b = emulate_with(&inp, &r);
     let case = write_case(dir.path(), "pow2", &inp);
-    let cand = write_candidate(
-        dir.path(),
-        "pow2",
-        &inp.cfg,
-        &b.tensors,
-        None,
-        FloatDtype::F32,
-    );
+    let cand = write_candidate(dir.path(), "pow2", &inp.cfg, &b.tensors, None, FloatDtype::F32);
     let v = judge(&case, &cand, None);
-    println!(
-        "check verdict {} (a-priori bounds); diagnose:\n{}",
-        v.check.verdict,
-        v.diag.human()
-    );
-    let m = |n: &str| {
-        v.diag
-            .stages
-            .iter()
-            .find(|s| s.name == n)
-            .unwrap()
-            .emulation_match
-            .unwrap()
-    };
-    assert!(
-        m("fwd.h") < 0.5 && m("bwd.dx_rows") < 0.5,
-        "{}",
-        v.diag.human()
-    );
+    println!("check verdict {} (a-priori bounds); diagnose:\n{}", v.check.verdict, v.diag.human());
+    let m = |n: &str| v.diag.stages.iter().find(|s| s.name == n).unwrap().emulation_match.unwrap();
+    assert!(m("fwd.h") < 0.5 && m("bwd.dx_rows") < 0.5, "{}", v.diag.human());
     assert_eq!(m("fwd.a"), 1.0);
 }

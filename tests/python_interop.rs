@@ -33,36 +33,24 @@ print(json.dumps(out))
 "#;
 
 fn skip(why: &str) {
-    assert!(
-        std::env::var_os("REQUIRE_PYTHON").is_none(),
-        "REQUIRE_PYTHON is set but: {why}"
-    );
+    assert!(std::env::var_os("REQUIRE_PYTHON").is_none(), "REQUIRE_PYTHON is set but: {why}");
     println!("SKIP: python interop: {why}");
     eprintln!("SKIP: python interop: {why}");
 }
 
 fn python_has(modules: &str) -> Result<(), String> {
-    match Command::new("python3")
-        .args(["-c", &format!("import {modules}")])
-        .output()
-    {
+    match Command::new("python3").args(["-c", &format!("import {modules}")]).output() {
         Err(e) => Err(format!("python3 not runnable ({e})")),
         Ok(o) if !o.status.success() => Err(format!(
             "python3 cannot import {modules} ({}); pip install safetensors numpy ml_dtypes",
-            String::from_utf8_lossy(&o.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-                .trim()
+            String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("").trim()
         )),
         Ok(_) => Ok(()),
     }
 }
 
 fn golden(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("golden")
-        .join(file)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("golden").join(file)
 }
 
 fn numpy_name(d: Dtype) -> &'static str {
@@ -91,15 +79,8 @@ fn value(t: &safetensors::tensor::TensorView<'_>, i: usize) -> f64 {
 
 fn compare(file: &str, mode: &str) {
     let path = golden(file);
-    let o = Command::new("python3")
-        .args(["-c", SCRIPT, path.to_str().unwrap(), mode])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{file}: python failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let o = Command::new("python3").args(["-c", SCRIPT, path.to_str().unwrap(), mode]).output().unwrap();
+    assert!(o.status.success(), "{file}: python failed: {}", String::from_utf8_lossy(&o.stderr));
     let py: serde_json::Value = serde_json::from_slice(&o.stdout).expect("python printed JSON");
 
     let bytes = std::fs::read(&path).unwrap();
@@ -107,44 +88,23 @@ fn compare(file: &str, mode: &str) {
     let case = moe_oracle::case::parse_case(&bytes, Default::default()).unwrap();
     // Metadata, including the config the Rust reader parsed.
     for (k, v) in &case.metadata {
-        assert_eq!(
-            py["metadata"][k].as_str(),
-            Some(v.as_str()),
-            "{file}: metadata {k}"
-        );
+        assert_eq!(py["metadata"][k].as_str(), Some(v.as_str()), "{file}: metadata {k}");
     }
-    let cfg: serde_json::Value =
-        serde_json::from_str(py["metadata"]["moe.config"].as_str().unwrap()).unwrap();
+    let cfg: serde_json::Value = serde_json::from_str(py["metadata"]["moe.config"].as_str().unwrap()).unwrap();
     assert_eq!(cfg["tokens"].as_u64(), Some(case.inputs.cfg.tokens as u64));
-    assert_eq!(
-        cfg["recipe"].as_str(),
-        Some(case.inputs.cfg.recipe.as_str())
-    );
+    assert_eq!(cfg["recipe"].as_str(), Some(case.inputs.cfg.recipe.as_str()));
     // Names, dtypes, shapes, values.
     let tensors = py["tensors"].as_object().unwrap();
     let mut py_names: Vec<&String> = tensors.keys().collect();
     py_names.sort();
     let mut names = st.names();
     names.sort();
-    assert_eq!(
-        py_names.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
-        names,
-        "{file}: tensor names"
-    );
+    assert_eq!(py_names.iter().map(|s| s.as_str()).collect::<Vec<_>>(), names, "{file}: tensor names");
     for name in names {
         let t = st.tensor(name).unwrap();
         let p = &tensors[name];
-        assert_eq!(
-            p["dtype"].as_str(),
-            Some(numpy_name(t.dtype())),
-            "{file}: {name} dtype"
-        );
-        let shape: Vec<usize> = p["shape"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as usize)
-            .collect();
+        assert_eq!(p["dtype"].as_str(), Some(numpy_name(t.dtype())), "{file}: {name} dtype");
+        let shape: Vec<usize> = p["shape"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
         assert_eq!(shape, t.shape(), "{file}: {name} shape");
         let picks = p["values"].as_array().unwrap();
         assert_eq!(picks.is_empty(), t.shape().iter().product::<usize>() == 0);
@@ -161,11 +121,7 @@ fn compare(file: &str, mode: &str) {
     }
     // The reader's view of an input agrees too (bf16/f32 widened exactly to f64).
     let x0 = case.inputs.x.iter().next().copied().unwrap();
-    assert_eq!(
-        tensors["x"]["values"][0][1].as_u64(),
-        Some(x0.to_bits()),
-        "{file}: x[0]"
-    );
+    assert_eq!(tensors["x"]["values"][0][1].as_u64(), Some(x0.to_bits()), "{file}: x[0]");
 }
 
 #[test]
@@ -180,10 +136,7 @@ fn python_safetensors_reads_golden_files_like_rust() {
         Ok(()) => {
             compare("deepseek-v3_fp8-block.safetensors", "bf16");
             compare("qwen3-30b-a3b_unused-slots.safetensors", "bf16");
-            compare(
-                "gpt-oss-120b_given-routing_intermediates.safetensors",
-                "bf16",
-            );
+            compare("gpt-oss-120b_given-routing_intermediates.safetensors", "bf16");
         }
     }
 }

@@ -59,11 +59,7 @@ fn grid(f: Format) -> Vec<f64> {
     for e in 0..(1 << eb) {
         for m in 0..(1 << mb) {
             let frac = f64::from(m) / f64::from(1 << mb);
-            let v = if e == 0 {
-                frac * 2f64.powi(1 - bias)
-            } else {
-                (1.0 + frac) * 2f64.powi(e - bias)
-            };
+            let v = if e == 0 { frac * 2f64.powi(1 - bias) } else { (1.0 + frac) * 2f64.powi(e - bias) };
             if v <= max {
                 g.push(v);
             }
@@ -93,24 +89,14 @@ fn nearest(g: &[f64], y: f64) -> f64 {
             hi
         }
     };
-    if y.is_sign_negative() {
-        -r
-    } else {
-        r
-    }
+    if y.is_sign_negative() { -r } else { r }
 }
 
 /// `(m, e)` with `x = m·2^e`, `m` in `[1, 2)`, for `x > 0`.
 fn frexp1(x: f64) -> (f64, i32) {
     let e = x.log2().floor() as i32;
     // log2 may be off by one next to a power of two: correct it exactly.
-    let e = if 2f64.powi(e) > x {
-        e - 1
-    } else if 2f64.powi(e + 1) <= x {
-        e + 1
-    } else {
-        e
-    };
+    let e = if 2f64.powi(e) > x { e - 1 } else if 2f64.powi(e + 1) <= x { e + 1 } else { e };
     (x / 2f64.powi(e), e)
 }
 
@@ -148,11 +134,7 @@ fn expected_scale(rule: ScaleRule, f: Format, amax: f64) -> (f64, f64, Option<u8
             let code: i32 = match r {
                 MxRounding::Floor => (e - emax_elem).clamp(-127, 128) + 127,
                 MxRounding::Ceil => {
-                    let e = if amax != 0.0 && amax != 2f64.powi(e) {
-                        e + 1
-                    } else {
-                        e
-                    };
+                    let e = if amax != 0.0 && amax != 2f64.powi(e) { e + 1 } else { e };
                     (e - emax_elem).clamp(-127, 128) + 127
                 }
                 MxRounding::Even => {
@@ -162,19 +144,11 @@ fn expected_scale(rule: ScaleRule, f: Format, amax: f64) -> (f64, f64, Option<u8
                     } else {
                         let (m, e) = frexp1(amax);
                         let steps = f64::from(1 << mb);
-                        if (m * steps + 0.5).floor() / steps >= 2.0 {
-                            e + 1
-                        } else {
-                            e
-                        }
+                        if (m * steps + 0.5).floor() / steps >= 2.0 { e + 1 } else { e }
                     };
                     // torchao tests the *rounded* amax for finiteness: rounding up past f32's largest
                     // binade makes it infinite, and the scale NaN.
-                    if e >= 128 {
-                        255
-                    } else {
-                        (e - emax_elem).clamp(-127, 128) + 127
-                    }
+                    if e >= 128 { 255 } else { (e - emax_elem).clamp(-127, 128) + 127 }
                 }
                 MxRounding::Rceil => {
                     let d = fl32(amax * fl32(1.0 / max));
@@ -189,11 +163,7 @@ fn expected_scale(rule: ScaleRule, f: Format, amax: f64) -> (f64, f64, Option<u8
             if code == 255 {
                 (f64::NAN, f64::NAN, Some(0xFF))
             } else {
-                (
-                    2f64.powi(127 - code),
-                    2f64.powi(code - 127),
-                    Some(code as u8),
-                )
+                (2f64.powi(127 - code), 2f64.powi(code - 127), Some(code as u8))
             }
         }
     }
@@ -226,19 +196,10 @@ pub fn check_scale(data: &[u8]) {
     let squeeze = b.u8() % 2 == 0;
     let x = Array2::from_shape_fn((rows, cols), |_| {
         let bits = b.u16();
-        let bits = if squeeze {
-            (bits & 0x807F) | (((bits >> 7) & 0x1F) + 110) << 7
-        } else {
-            bits
-        };
+        let bits = if squeeze { (bits & 0x807F) | (((bits >> 7) & 0x1F) + 110) << 7 } else { bits };
         bf16_value(bits)
     });
-    let spec = QuantSpec {
-        format,
-        block,
-        rule,
-        overflow: Overflow::Saturate,
-    };
+    let spec = QuantSpec { format, block, rule, overflow: Overflow::Saturate };
     let t = quantize(x.view(), &spec);
     let g = grid(format);
     let (gr, gc) = block.grid(rows, cols);
@@ -260,16 +221,9 @@ pub fn check_scale(data: &[u8]) {
             }
             let (mul, scale, code) = expected_scale(rule, format, amax);
             let got = t.scale[[bi, bj]];
-            assert!(
-                got.to_bits() == scale.to_bits() || (got.is_nan() && scale.is_nan()),
-                "{spec:?} block ({bi},{bj}) amax {amax:e}: scale {got:e}, expected {scale:e}"
-            );
+            assert!(got.to_bits() == scale.to_bits() || (got.is_nan() && scale.is_nan()), "{spec:?} block ({bi},{bj}) amax {amax:e}: scale {got:e}, expected {scale:e}");
             if let Some(code) = code {
-                assert_eq!(
-                    t.scale_bits.as_ref().expect("MX codes")[[bi, bj]],
-                    code,
-                    "{spec:?} amax {amax:e}"
-                );
+                assert_eq!(t.scale_bits.as_ref().expect("MX codes")[[bi, bj]], code, "{spec:?} amax {amax:e}");
             }
             if scale.is_nan() {
                 continue;
@@ -278,17 +232,10 @@ pub fn check_scale(data: &[u8]) {
                 for c in c0..c1 {
                     let v = x[[r, c]];
                     let q = nearest(&g, fl32(v * mul));
-                    assert_eq!(
-                        t.q[[r, c]].to_bits(),
-                        q.to_bits(),
-                        "{spec:?} x {v:e} mul {mul:e}"
-                    );
+                    assert_eq!(t.q[[r, c]].to_bits(), q.to_bits(), "{spec:?} x {v:e} mul {mul:e}");
                     let err = (q * scale - v).abs();
                     let bound = spec.element_error_bound(v, scale);
-                    assert!(
-                        err <= bound,
-                        "{spec:?} x {v:e}: error {err:e} > bound {bound:e}"
-                    );
+                    assert!(err <= bound, "{spec:?} x {v:e}: error {err:e} > bound {bound:e}");
                 }
             }
         }
@@ -301,16 +248,8 @@ fn e4m3_value(byte: u8) -> f64 {
     if e == 15 && m == 7.0 {
         return 0.0;
     }
-    let v = if e == 0 {
-        m / 8.0 * 2f64.powi(-6)
-    } else {
-        (1.0 + m / 8.0) * 2f64.powi(e - 7)
-    };
-    if s == 1 {
-        -v
-    } else {
-        v
-    }
+    let v = if e == 0 { m / 8.0 * 2f64.powi(-6) } else { (1.0 + m / 8.0) * 2f64.powi(e - 7) };
+    if s == 1 { -v } else { v }
 }
 
 /// Bytes -> a small tensor-core GEMM -> fast kernels (both builds) against the big-integer definition.
@@ -322,11 +261,7 @@ pub fn check_accum(data: &[u8]) {
         1 => TensorCore::HOPPER_FP8,
         2 => TensorCore::HOPPER_FP8_FAST,
         // A variant: short instructions and promotion, bf16 operands.
-        _ => TensorCore {
-            k_inst: 8,
-            promote_every: Some(24),
-            ..TensorCore::HOPPER_BF16
-        },
+        _ => TensorCore { k_inst: 8, promote_every: Some(24), ..TensorCore::HOPPER_BF16 },
     };
     let (m, n) = (usize::from(b.u8() % 3) + 1, usize::from(b.u8() % 20) + 1);
     let k = usize::from(b.u16() % 300);
@@ -341,25 +276,15 @@ pub fn check_accum(data: &[u8]) {
             let e = base + i32::from((bits >> 7) & 0x3F) - 32;
             let m = 1.0 + f64::from(bits & 0x7F) / 128.0;
             let v = m * 2f64.powi(e);
-            if bits & 0x8000 != 0 {
-                -v
-            } else if bits & 0x4000 != 0 && bits & 0x2000 != 0 {
-                0.0
-            } else {
-                v
-            }
+            if bits & 0x8000 != 0 { -v } else if bits & 0x4000 != 0 && bits & 0x2000 != 0 { 0.0 } else { v }
         }
     };
     let a = Array2::from_shape_fn((m, k), |_| val(&mut b));
     let bm = Array2::from_shape_fn((n, k), |_| val(&mut b));
     let scaled = fp8 && b.u8() % 2 == 0;
     let nb = k.div_ceil(128);
-    let sa = Array2::from_shape_fn((m, nb), |_| {
-        f64::from(f32::from_bits(0x3800_0000 | (u32::from(b.u16()) << 7)))
-    });
-    let sb = Array2::from_shape_fn((n, nb), |_| {
-        f64::from(f32::from_bits(0x3800_0000 | (u32::from(b.u16()) << 7)))
-    });
+    let sa = Array2::from_shape_fn((m, nb), |_| f64::from(f32::from_bits(0x3800_0000 | (u32::from(b.u16()) << 7))));
+    let sb = Array2::from_shape_fn((n, nb), |_| f64::from(f32::from_bits(0x3800_0000 | (u32::from(b.u16()) << 7))));
     let scales = scaled.then(|| (sa.view(), sb.view(), 128));
     let fast = gemm_nt(&Model::TensorCore(t), a.view(), bm.view(), scales);
     let portable = tensor_core::gemm_nt_portable(&t, a.view(), bm.view(), scales);
@@ -367,20 +292,12 @@ pub fn check_accum(data: &[u8]) {
         for j in 0..n {
             let (ar, br) = (a.row(i).to_vec(), bm.row(j).to_vec());
             let want = if scaled {
-                slow::dot(
-                    &t,
-                    &ar,
-                    &br,
-                    Some((&sa.row(i).to_vec(), &sb.row(j).to_vec(), 128)),
-                )
+                slow::dot(&t, &ar, &br, Some((&sa.row(i).to_vec(), &sb.row(j).to_vec(), 128)))
             } else {
                 slow::dot(&t, &ar, &br, None)
             };
             for got in [fast[[i, j]], portable[[i, j]]] {
-                assert!(
-                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
-                    "{t:?} ({i},{j}) K={k}: fast {got:e}, definition {want:e}"
-                );
+                assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{t:?} ({i},{j}) K={k}: fast {got:e}, definition {want:e}");
             }
         }
     }

@@ -36,35 +36,9 @@ pub fn gamma(k: usize) -> f64 {
 }
 
 /// A case: routing with distinct experts per token, some -1 slots, optionally forced counts.
-pub fn case(
-    seed: u64,
-    t: usize,
-    h: usize,
-    i: usize,
-    e: usize,
-    k: usize,
-    act: Activation,
-    unused: f64,
-) -> (
-    MoeConfig,
-    Array2<f64>,
-    Array3<f64>,
-    Array3<f64>,
-    Array2<i32>,
-    Array2<f32>,
-) {
+pub fn case(seed: u64, t: usize, h: usize, i: usize, e: usize, k: usize, act: Activation, unused: f64) -> (MoeConfig, Array2<f64>, Array3<f64>, Array3<f64>, Array2<i32>, Array2<f32>) {
     let mut g = Gen(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1);
-    let cfg = MoeConfig {
-        tokens: t,
-        hidden: h,
-        intermediate: i,
-        experts: e,
-        top_k: k,
-        activation: act,
-        routing: None,
-        recipe: "bf16".into(),
-        ep_ranks: 1,
-    };
+    let cfg = MoeConfig { tokens: t, hidden: h, intermediate: i, experts: e, top_k: k, activation: act, routing: None, recipe: "bf16".into(), ep_ranks: 1 };
     let x = Array2::from_shape_fn((t, h), |_| g.bf16(1.0));
     let w13 = Array3::from_shape_fn((e, 2 * i, h), |_| g.bf16(0.1));
     let w2 = Array3::from_shape_fn((e, h, i), |_| g.bf16(0.1));
@@ -100,73 +74,29 @@ pub fn check_dots_stored(stage: &str, got: f32, pairs: &[(f64, f64)], storage: f
     let abs: f64 = pairs.iter().map(|(a, b)| (a * b).abs()).sum();
     // Relative terms, plus what underflow adds in absolute terms (found by the fuzz target): each f32
     // operation in the subnormal range may err by half of 2^-149, and bf16 storage by half of 2^-133.
-    let acc =
-        gamma(pairs.len()) * abs * (1.0 + 1e-12) + (pairs.len() as f64 + 1.0) * 2f64.powi(-150);
+    let acc = gamma(pairs.len()) * abs * (1.0 + 1e-12) + (pairs.len() as f64 + 1.0) * 2f64.powi(-150);
     let underflow = if storage > 0.0 { 2f64.powi(-134) } else { 0.0 };
     let bound = acc + storage * (exact.abs() + acc) + underflow + f64::MIN_POSITIVE;
     let err = (got as f64 - exact).abs();
-    assert!(
-        err <= bound,
-        "{stage}: got {got:e}, exact {exact:e}, error {err:e} > bound {bound:e}"
-    );
+    assert!(err <= bound, "{stage}: got {got:e}, exact {exact:e}, error {err:e} > bound {bound:e}");
     err / bound
 }
 
-pub fn check_case(
-    gpu: &Gpu,
-    cfg: &MoeConfig,
-    x: &Array2<f64>,
-    w13: &Array3<f64>,
-    w2: &Array3<f64>,
-    ids: &Array2<i32>,
-    w: &Array2<f32>,
-) -> f64 {
-    let routing = Routing::Given {
-        topk_ids: ids.clone(),
-        topk_weights: w.clone(),
-    };
+pub fn check_case(gpu: &Gpu, cfg: &MoeConfig, x: &Array2<f64>, w13: &Array3<f64>, w2: &Array3<f64>, ids: &Array2<i32>, w: &Array2<f32>) -> f64 {
+    let routing = Routing::Given { topk_ids: ids.clone(), topk_weights: w.clone() };
     let mut g = Gen(cfg.tokens as u64 * 31 + 7);
     let dy = Array2::from_shape_fn((cfg.tokens, cfg.hidden), |_| g.bf16(0.5));
-    let out = gpu
-        .forward(cfg, x, w13, w2, &routing, Some(&dy))
-        .expect("gpu forward");
-    let again = gpu
-        .forward(cfg, x, w13, w2, &routing, Some(&dy))
-        .expect("gpu forward");
+    let out = gpu.forward(cfg, x, w13, w2, &routing, Some(&dy)).expect("gpu forward");
+    let again = gpu.forward(cfg, x, w13, w2, &routing, Some(&dy)).expect("gpu forward");
     let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
-    let (b1, b2) = (
-        out.backward.as_ref().unwrap(),
-        again.backward.as_ref().unwrap(),
-    );
-    assert!(
-        same(out.y.as_slice().unwrap(), again.y.as_slice().unwrap()),
-        "y is not bitwise deterministic"
-    );
-    assert!(
-        same(b1.grad_x.as_slice().unwrap(), b2.grad_x.as_slice().unwrap()),
-        "grad.x is not bitwise deterministic"
-    );
-    assert!(
-        same(
-            b1.grad_w13.as_slice().unwrap(),
-            b2.grad_w13.as_slice().unwrap()
-        ),
-        "grad.w13 is not deterministic"
-    );
-    assert!(
-        same(
-            b1.grad_w2.as_slice().unwrap(),
-            b2.grad_w2.as_slice().unwrap()
-        ),
-        "grad.w2 is not deterministic"
-    );
+    let (b1, b2) = (out.backward.as_ref().unwrap(), again.backward.as_ref().unwrap());
+    assert!(same(out.y.as_slice().unwrap(), again.y.as_slice().unwrap()), "y is not bitwise deterministic");
+    assert!(same(b1.grad_x.as_slice().unwrap(), b2.grad_x.as_slice().unwrap()), "grad.x is not bitwise deterministic");
+    assert!(same(b1.grad_w13.as_slice().unwrap(), b2.grad_w13.as_slice().unwrap()), "grad.w13 is not deterministic");
+    assert!(same(b1.grad_w2.as_slice().unwrap(), b2.grad_w2.as_slice().unwrap()), "grad.w2 is not deterministic");
     let (hd, id, k) = (cfg.hidden, cfg.intermediate, cfg.top_k);
     let rows = &out.rows;
-    assert_eq!(
-        *rows,
-        moe_reference::dispatch::RowMap::build(ids.view(), cfg.experts),
-        "GPU routing-to-rows differs from the reference's"
-    );
+    assert_eq!(*rows, moe_reference::dispatch::RowMap::build(ids.view(), cfg.experts), "GPU routing-to-rows differs from the reference's");
     let mut worst = 0.0f64;
     for e in 0..cfg.experts {
         for r in rows.expert_rows(e) {
@@ -178,20 +108,13 @@ pub fn check_case(
             for c in 0..id {
                 let (gv, uv) = (out.h[[r, c]] as f64, out.h[[r, id + c]] as f64);
                 let exact_a = moe_reference::act::forward(cfg.activation, gv, uv);
-                let bound =
-                    (UBF + 16.0 * U32) * exact_a.abs() + 16.0 * U32 * (gv * uv).abs() * 0.0 + 1e-30;
+                let bound = (UBF + 16.0 * U32) * exact_a.abs() + 16.0 * U32 * (gv * uv).abs() * 0.0 + 1e-30;
                 let err = (out.a[[r, c]] as f64 - exact_a).abs();
-                assert!(
-                    err <= bound,
-                    "fwd.a row {r} col {c}: got {}, exact {exact_a:e}",
-                    out.a[[r, c]]
-                );
+                assert!(err <= bound, "fwd.a row {r} col {c}: got {}, exact {exact_a:e}", out.a[[r, c]]);
                 worst = worst.max(err / bound);
             }
             for n in 0..hd {
-                let pairs: Vec<(f64, f64)> = (0..id)
-                    .map(|c| (out.a[[r, c]] as f64, w2[[e, n, c]]))
-                    .collect();
+                let pairs: Vec<(f64, f64)> = (0..id).map(|c| (out.a[[r, c]] as f64, w2[[e, n, c]])).collect();
                 worst = worst.max(check_dots("fwd.o", out.o[[r, n]], &pairs));
             }
         }
@@ -199,9 +122,7 @@ pub fn check_case(
     for t in 0..cfg.tokens {
         for c in 0..hd {
             let pairs: Vec<(f64, f64)> = (0..k)
-                .filter_map(|j| {
-                    rows.slot_row[t * k + j].map(|r| (w[[t, j]] as f64, out.o[[r, c]] as f64))
-                })
+                .filter_map(|j| rows.slot_row[t * k + j].map(|r| (w[[t, j]] as f64, out.o[[r, c]] as f64)))
                 .collect();
             worst = worst.max(check_dots("y", out.y[[t, c]], &pairs));
         }
@@ -210,15 +131,7 @@ pub fn check_case(
 }
 
 /// Every backward stage, recomputed exactly from the GPU's own inputs to that stage.
-pub fn check_backward(
-    cfg: &MoeConfig,
-    x: &Array2<f64>,
-    w13: &Array3<f64>,
-    w2: &Array3<f64>,
-    w: &Array2<f32>,
-    dy: &Array2<f64>,
-    out: &crate::GpuForward,
-) -> f64 {
+pub fn check_backward(cfg: &MoeConfig, x: &Array2<f64>, w13: &Array3<f64>, w2: &Array3<f64>, w: &Array2<f32>, dy: &Array2<f64>, out: &crate::GpuForward) -> f64 {
     let b = out.backward.as_ref().expect("backward ran");
     let (hd, id, k, e_n) = (cfg.hidden, cfg.intermediate, cfg.top_k, cfg.experts);
     let rows = &out.rows;
@@ -227,21 +140,10 @@ pub fn check_backward(
         for j in 0..k {
             match rows.slot_row[t * k + j] {
                 Some(r) => {
-                    let pairs: Vec<(f64, f64)> = (0..hd)
-                        .map(|c| (dy[[t, c]], out.o[[r, c]] as f64))
-                        .collect();
-                    worst = worst.max(check_dots_stored(
-                        "grad.topk_weights",
-                        b.grad_topk_weights[[t, j]],
-                        &pairs,
-                        0.0,
-                    ));
+                    let pairs: Vec<(f64, f64)> = (0..hd).map(|c| (dy[[t, c]], out.o[[r, c]] as f64)).collect();
+                    worst = worst.max(check_dots_stored("grad.topk_weights", b.grad_topk_weights[[t, j]], &pairs, 0.0));
                 }
-                None => assert_eq!(
-                    b.grad_topk_weights[[t, j]],
-                    0.0,
-                    "a -1 slot gets zero gradient"
-                ),
+                None => assert_eq!(b.grad_topk_weights[[t, j]], 0.0, "a -1 slot gets zero gradient"),
             }
         }
     }
@@ -250,104 +152,54 @@ pub fn check_backward(
             let (t, j) = (rows.row_token[r], rows.row_slot[r]);
             for c in 0..hd {
                 // one f32 product, then bf16 storage
-                worst = worst.max(check_dots_stored(
-                    "bwd.do",
-                    b.do_[[r, c]],
-                    &[(w[[t, j]] as f64, dy[[t, c]])],
-                    UBF + U32,
-                ));
+                worst = worst.max(check_dots_stored("bwd.do", b.do_[[r, c]], &[(w[[t, j]] as f64, dy[[t, c]])], UBF + U32));
             }
             for n in 0..id {
-                let pairs: Vec<(f64, f64)> = (0..hd)
-                    .map(|c| (b.do_[[r, c]] as f64, w2[[e, c, n]]))
-                    .collect();
+                let pairs: Vec<(f64, f64)> = (0..hd).map(|c| (b.do_[[r, c]] as f64, w2[[e, c, n]])).collect();
                 worst = worst.max(check_dots("bwd.da", b.da[[r, n]], &pairs));
             }
             for c in 0..id {
-                let (gv, uv, dav) = (
-                    out.h[[r, c]] as f64,
-                    out.h[[r, id + c]] as f64,
-                    b.da[[r, c]] as f64,
-                );
+                let (gv, uv, dav) = (out.h[[r, c]] as f64, out.h[[r, id + c]] as f64, b.da[[r, c]] as f64);
                 let (dg, du) = moe_reference::act::backward(cfg.activation, gv, uv, dav);
                 // f32 evaluation (a few roundings around one expf, with the cancellation in 1 + g(1-σ)
                 // bounded absolutely), then bf16 storage.
                 let scale = (dav * uv).abs() * (1.0 + gv.abs()) + (dav * gv).abs();
-                for (stage, got, exact_v) in [
-                    ("bwd.dh gate", b.dh[[r, c]], dg),
-                    ("bwd.dh up", b.dh[[r, id + c]], du),
-                ] {
-                    let bound = (UBF + 32.0 * U32) * exact_v.abs()
-                        + 32.0 * U32 * scale * (1.0 + UBF)
-                        + 1e-30;
+                for (stage, got, exact_v) in [("bwd.dh gate", b.dh[[r, c]], dg), ("bwd.dh up", b.dh[[r, id + c]], du)] {
+                    let bound = (UBF + 32.0 * U32) * exact_v.abs() + 32.0 * U32 * scale * (1.0 + UBF) + 1e-30;
                     let err = (got as f64 - exact_v).abs();
-                    assert!(
-                        err <= bound,
-                        "{stage} row {r} col {c}: got {got:e}, exact {exact_v:e}"
-                    );
+                    assert!(err <= bound, "{stage} row {r} col {c}: got {got:e}, exact {exact_v:e}");
                     worst = worst.max(err / bound);
                 }
             }
             for n in 0..hd {
-                let pairs: Vec<(f64, f64)> = (0..2 * id)
-                    .map(|c| (b.dh[[r, c]] as f64, w13[[e, c, n]]))
-                    .collect();
+                let pairs: Vec<(f64, f64)> = (0..2 * id).map(|c| (b.dh[[r, c]] as f64, w13[[e, c, n]])).collect();
                 worst = worst.max(check_dots("bwd.dx_rows", b.dx_rows[[r, n]], &pairs));
             }
         }
         let er = rows.expert_rows(e);
         for p in 0..hd {
             for q in 0..id {
-                let pairs: Vec<(f64, f64)> = er
-                    .clone()
-                    .map(|r| (b.do_[[r, p]] as f64, out.a[[r, q]] as f64))
-                    .collect();
-                worst = worst.max(check_dots_stored(
-                    "grad.w2",
-                    b.grad_w2[[e, p, q]],
-                    &pairs,
-                    0.0,
-                ));
+                let pairs: Vec<(f64, f64)> = er.clone().map(|r| (b.do_[[r, p]] as f64, out.a[[r, q]] as f64)).collect();
+                worst = worst.max(check_dots_stored("grad.w2", b.grad_w2[[e, p, q]], &pairs, 0.0));
             }
         }
         for p in 0..2 * id {
             for q in 0..hd {
-                let pairs: Vec<(f64, f64)> = er
-                    .clone()
-                    .map(|r| (b.dh[[r, p]] as f64, x[[rows.row_token[r], q]]))
-                    .collect();
-                worst = worst.max(check_dots_stored(
-                    "grad.w13",
-                    b.grad_w13[[e, p, q]],
-                    &pairs,
-                    0.0,
-                ));
+                let pairs: Vec<(f64, f64)> = er.clone().map(|r| (b.dh[[r, p]] as f64, x[[rows.row_token[r], q]])).collect();
+                worst = worst.max(check_dots_stored("grad.w13", b.grad_w13[[e, p, q]], &pairs, 0.0));
             }
         }
         if er.is_empty() {
-            assert!(
-                b.grad_w13
-                    .index_axis(ndarray::Axis(0), e)
-                    .iter()
-                    .all(|&v| v.to_bits() == 0),
-                "empty expert {e}: grad.w13 not exactly zero"
-            );
-            assert!(
-                b.grad_w2
-                    .index_axis(ndarray::Axis(0), e)
-                    .iter()
-                    .all(|&v| v.to_bits() == 0),
-                "empty expert {e}: grad.w2 not exactly zero"
-            );
+            assert!(b.grad_w13.index_axis(ndarray::Axis(0), e).iter().all(|&v| v.to_bits() == 0), "empty expert {e}: grad.w13 not exactly zero");
+            assert!(b.grad_w2.index_axis(ndarray::Axis(0), e).iter().all(|&v| v.to_bits() == 0), "empty expert {e}: grad.w2 not exactly zero");
         }
     }
     for t in 0..cfg.tokens {
         for c in 0..hd {
-            let pairs: Vec<(f64, f64)> = (0..k)
-                .filter_map(|j| rows.slot_row[t * k + j].map(|r| (b.dx_rows[[r, c]] as f64, 1.0)))
-                .collect();
+            let pairs: Vec<(f64, f64)> = (0..k).filter_map(|j| rows.slot_row[t * k + j].map(|r| (b.dx_rows[[r, c]] as f64, 1.0))).collect();
             worst = worst.max(check_dots("grad.x", b.grad_x[[t, c]], &pairs));
         }
     }
     worst
 }
+

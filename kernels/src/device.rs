@@ -47,8 +47,7 @@ fn ptx_for(arch: &'static str) -> Result<Ptx, GpuError> {
         name: Some("moe_kernels.cu".into()),
         ..Default::default()
     };
-    let ptx = compile_ptx_with_opts(source::translation_unit(), opts)
-        .map_err(|e| GpuError::Compile(format!("{e:?}")))?;
+    let ptx = compile_ptx_with_opts(source::translation_unit(), opts).map_err(|e| GpuError::Compile(format!("{e:?}")))?;
     cache.insert(arch, ptx.clone());
     Ok(ptx)
 }
@@ -76,18 +75,9 @@ impl Gpu {
         for &k in source::KERNELS {
             functions.insert(k, module.load_function(k)?);
         }
-        let name = format!(
-            "{} ({arch})",
-            ctx.name().unwrap_or_else(|_| "unknown GPU".into())
-        );
+        let name = format!("{} ({arch})", ctx.name().unwrap_or_else(|_| "unknown GPU".into()));
         let stream = ctx.default_stream();
-        Ok(Gpu {
-            ctx,
-            stream,
-            _module: module,
-            functions,
-            name,
-        })
+        Ok(Gpu { ctx, stream, _module: module, functions, name })
     }
 
     pub(crate) fn function(&self, name: &str) -> &CudaFunction {

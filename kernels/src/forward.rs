@@ -12,10 +12,7 @@ use crate::error::GpuError;
 
 /// How the tokens are routed (this version takes the routing as given).
 pub enum Routing {
-    Given {
-        topk_ids: Array2<i32>,
-        topk_weights: Array2<f32>,
-    },
+    Given { topk_ids: Array2<i32>, topk_weights: Array2<f32> },
 }
 
 /// Forward results, decoded to f32 on the host: `fwd.h`, `fwd.a`, `fwd.o` in the expert-major row order
@@ -42,13 +39,8 @@ pub struct GpuBackward {
 }
 
 fn launch_cfg(n: usize) -> Result<LaunchConfig, GpuError> {
-    let n =
-        u32::try_from(n).map_err(|_| GpuError::Input(format!("{n} elements exceed one launch")))?;
-    Ok(LaunchConfig {
-        grid_dim: (n.div_ceil(256).max(1), 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    })
+    let n = u32::try_from(n).map_err(|_| GpuError::Input(format!("{n} elements exceed one launch")))?;
+    Ok(LaunchConfig { grid_dim: (n.div_ceil(256).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 })
 }
 
 fn to_i32(n: usize, what: &str) -> Result<i32, GpuError> {
@@ -60,11 +52,7 @@ fn bits(v: &[f64]) -> Vec<u16> {
 }
 
 fn decode(v: &[u16], shape: (usize, usize)) -> Array2<f32> {
-    Array2::from_shape_vec(
-        shape,
-        v.iter().map(|&b| bf16::from_bits(b).to_f32()).collect(),
-    )
-    .expect("shape")
+    Array2::from_shape_vec(shape, v.iter().map(|&b| bf16::from_bits(b).to_f32()).collect()).expect("shape")
 }
 
 /// The row map on the device.
@@ -79,23 +67,15 @@ struct DeviceRows {
 impl Gpu {
     /// Routing to rows on the GPU (counts, offsets, expert-major order, -1 slots), after checking the ids
     /// on the host; returns the map also as a host `RowMap` (read back) for the caller and the tests.
-    fn route_rows(
-        &self,
-        topk_ids: &Array2<i32>,
-        e: usize,
-    ) -> Result<(RowMap, DeviceRows), GpuError> {
+    fn route_rows(&self, topk_ids: &Array2<i32>, e: usize) -> Result<(RowMap, DeviceRows), GpuError> {
         let (t, k) = topk_ids.dim();
         for (tok, row) in topk_ids.rows().into_iter().enumerate() {
             for (j, &id) in row.iter().enumerate() {
                 if id < -1 || id >= e as i32 {
-                    return Err(GpuError::Input(format!(
-                        "topk_ids[{tok}, {j}] = {id} is not -1 or an expert in 0..{e}"
-                    )));
+                    return Err(GpuError::Input(format!("topk_ids[{tok}, {j}] = {id} is not -1 or an expert in 0..{e}")));
                 }
                 if id >= 0 && row.iter().take(j).any(|&p| p == id) {
-                    return Err(GpuError::Input(format!(
-                        "topk_ids: token {tok} names expert {id} twice"
-                    )));
+                    return Err(GpuError::Input(format!("topk_ids: token {tok} names expert {id} twice")));
                 }
             }
         }
@@ -104,35 +84,13 @@ impl Gpu {
         let d_ids = self.upload(&ids)?;
         let mut counts = self.zeros::<i32>(e)?;
         let mut offsets = self.zeros::<i32>(e + 1)?;
-        let (ei, slots, ti, ki) = (
-            to_i32(e, "experts")?,
-            to_i32(t * k, "slots")?,
-            to_i32(t, "tokens")?,
-            to_i32(k, "top_k")?,
-        );
-        let per_expert = LaunchConfig {
-            grid_dim: (e.div_ceil(128) as u32, 1, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let one = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let (ei, slots, ti, ki) = (to_i32(e, "experts")?, to_i32(t * k, "slots")?, to_i32(t, "tokens")?, to_i32(k, "top_k")?);
+        let per_expert = LaunchConfig { grid_dim: (e.div_ceil(128) as u32, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: argument lists match cuda/route_rows.cu; buffers sized from the same dims.
         unsafe {
-            s.launch_builder(self.function("expert_counts"))
-                .arg(&d_ids)
-                .arg(&slots)
-                .arg(&ei)
-                .arg(&mut counts)
-                .launch(per_expert)?;
-            s.launch_builder(self.function("expert_offsets"))
-                .arg(&counts)
-                .arg(&ei)
-                .arg(&mut offsets)
-                .launch(one)?;
+            s.launch_builder(self.function("expert_counts")).arg(&d_ids).arg(&slots).arg(&ei).arg(&mut counts).launch(per_expert)?;
+            s.launch_builder(self.function("expert_offsets")).arg(&counts).arg(&ei).arg(&mut offsets).launch(one)?;
         }
         let host_offsets = s.clone_dtoh(&offsets)?;
         let m = host_offsets[e] as usize;
@@ -143,21 +101,11 @@ impl Gpu {
         // SAFETY: as above.
         unsafe {
             if t * k > 0 {
-                s.launch_builder(self.function("clear_slot_rows"))
-                    .arg(&mut slot_row)
-                    .arg(&slots)
-                    .launch(launch_cfg(t * k)?)?;
+                s.launch_builder(self.function("clear_slot_rows")).arg(&mut slot_row).arg(&slots).launch(launch_cfg(t * k)?)?;
             }
             s.launch_builder(self.function("fill_rows"))
-                .arg(&d_ids)
-                .arg(&ti)
-                .arg(&ki)
-                .arg(&ei)
-                .arg(&offsets)
-                .arg(&mut row_token)
-                .arg(&mut row_slot)
-                .arg(&mut row_expert)
-                .arg(&mut slot_row)
+                .arg(&d_ids).arg(&ti).arg(&ki).arg(&ei).arg(&offsets)
+                .arg(&mut row_token).arg(&mut row_slot).arg(&mut row_expert).arg(&mut slot_row)
                 .launch(per_expert)?;
         }
         let back = |d: &CudaSlice<i32>, n: usize| -> Result<Vec<usize>, GpuError> {
@@ -177,37 +125,19 @@ impl Gpu {
             row_token: back(&row_token, m)?,
             row_slot: back(&row_slot, m)?,
             expert_offsets: host_offsets.iter().map(|&o| o as usize).collect(),
-            slot_row: slot_rows
-                .iter()
-                .map(|&r| (r >= 0).then_some(r as usize))
-                .collect(),
+            slot_row: slot_rows.iter().map(|&r| (r >= 0).then_some(r as usize)).collect(),
         };
-        Ok((
-            map,
-            DeviceRows {
-                row_token,
-                row_slot,
-                row_expert,
-                slot_row,
-                offsets,
-            },
-        ))
+        Ok((map, DeviceRows { row_token, row_slot, row_expert, slot_row, offsets }))
     }
 
     /// Upload (never an empty allocation: CUDA refuses those).
-    fn upload<T: cudarc::driver::DeviceRepr + Default + Clone>(
-        &self,
-        v: &[T],
-    ) -> Result<CudaSlice<T>, GpuError> {
+    fn upload<T: cudarc::driver::DeviceRepr + Default + Clone>(&self, v: &[T]) -> Result<CudaSlice<T>, GpuError> {
         if v.is_empty() {
             return Ok(self.stream.clone_htod(&[T::default()])?);
         }
         Ok(self.stream.clone_htod(v)?)
     }
-    fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-        &self,
-        n: usize,
-    ) -> Result<CudaSlice<T>, GpuError> {
+    fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>, GpuError> {
         Ok(self.stream.alloc_zeros::<T>(n.max(1))?)
     }
     fn download(&self, d: &CudaSlice<u16>, n: usize) -> Result<Vec<u16>, GpuError> {
@@ -228,22 +158,9 @@ impl Gpu {
         routing: &Routing,
         dy: Option<&Array2<f64>>,
     ) -> Result<GpuForward, GpuError> {
-        let (t, hd, id, e, k) = (
-            cfg.tokens,
-            cfg.hidden,
-            cfg.intermediate,
-            cfg.experts,
-            cfg.top_k,
-        );
-        let Routing::Given {
-            topk_ids,
-            topk_weights,
-        } = routing;
-        if x.dim() != (t, hd)
-            || w13.dim() != (e, 2 * id, hd)
-            || w2.dim() != (e, hd, id)
-            || topk_ids.dim() != (t, k)
-        {
+        let (t, hd, id, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
+        let Routing::Given { topk_ids, topk_weights } = routing;
+        if x.dim() != (t, hd) || w13.dim() != (e, 2 * id, hd) || w2.dim() != (e, hd, id) || topk_ids.dim() != (t, k) {
             return Err(GpuError::Input("shapes do not match the config".into()));
         }
         let (alpha, limit) = match cfg.activation {
@@ -253,13 +170,7 @@ impl Gpu {
         let s = &self.stream;
         let (rows, dev_rows) = self.route_rows(topk_ids, e)?;
         let m = rows.rows();
-        let DeviceRows {
-            row_token: d_row_token,
-            row_slot: d_row_slot,
-            row_expert: d_row_expert,
-            slot_row: d_slot_row,
-            offsets: d_offsets,
-        } = dev_rows;
+        let DeviceRows { row_token: d_row_token, row_slot: d_row_slot, row_expert: d_row_expert, slot_row: d_slot_row, offsets: d_offsets } = dev_rows;
         let d_x = self.upload(&bits(x.as_slice().expect("standard layout")))?;
         let d_w13 = self.upload(&bits(w13.as_slice().expect("standard layout")))?;
         let d_w2 = self.upload(&bits(w2.as_slice().expect("standard layout")))?;
@@ -269,61 +180,28 @@ impl Gpu {
         let mut d_a = self.zeros::<u16>(m * id)?;
         let mut d_o = self.zeros::<u16>(m * hd)?;
         let mut d_y = self.zeros::<u16>(t * hd)?;
-        let (mi, ti, hi, ii, ki) = (
-            to_i32(m, "rows")?,
-            to_i32(t, "tokens")?,
-            to_i32(hd, "hidden")?,
-            to_i32(id, "intermediate")?,
-            to_i32(k, "top_k")?,
-        );
+        let (mi, ti, hi, ii, ki) = (to_i32(m, "rows")?, to_i32(t, "tokens")?, to_i32(hd, "hidden")?, to_i32(id, "intermediate")?, to_i32(k, "top_k")?);
         let i2 = to_i32(2 * id, "2*intermediate")?;
         // SAFETY (each launch): argument types and order match the kernel signatures in cuda/, and every
         // buffer holds at least the elements the kernel indexes (sizes computed above from the same dims).
         unsafe {
             if m > 0 {
                 s.launch_builder(self.function("gather_rows"))
-                    .arg(&d_x)
-                    .arg(&d_row_token)
-                    .arg(&mut d_xr)
-                    .arg(&mi)
-                    .arg(&hi)
+                    .arg(&d_x).arg(&d_row_token).arg(&mut d_xr).arg(&mi).arg(&hi)
                     .launch(launch_cfg(m * hd)?)?;
                 s.launch_builder(self.function("grouped_gemm_nt"))
-                    .arg(&d_xr)
-                    .arg(&d_w13)
-                    .arg(&d_row_expert)
-                    .arg(&mut d_h)
-                    .arg(&mi)
-                    .arg(&i2)
-                    .arg(&hi)
+                    .arg(&d_xr).arg(&d_w13).arg(&d_row_expert).arg(&mut d_h).arg(&mi).arg(&i2).arg(&hi)
                     .launch(launch_cfg(m * 2 * id)?)?;
                 s.launch_builder(self.function("swiglu_fwd"))
-                    .arg(&d_h)
-                    .arg(&mut d_a)
-                    .arg(&mi)
-                    .arg(&ii)
-                    .arg(&alpha)
-                    .arg(&limit)
+                    .arg(&d_h).arg(&mut d_a).arg(&mi).arg(&ii).arg(&alpha).arg(&limit)
                     .launch(launch_cfg(m * id)?)?;
                 s.launch_builder(self.function("grouped_gemm_nt"))
-                    .arg(&d_a)
-                    .arg(&d_w2)
-                    .arg(&d_row_expert)
-                    .arg(&mut d_o)
-                    .arg(&mi)
-                    .arg(&hi)
-                    .arg(&ii)
+                    .arg(&d_a).arg(&d_w2).arg(&d_row_expert).arg(&mut d_o).arg(&mi).arg(&hi).arg(&ii)
                     .launch(launch_cfg(m * hd)?)?;
             }
             if t > 0 {
                 s.launch_builder(self.function("combine_fwd"))
-                    .arg(&d_o)
-                    .arg(&d_weights)
-                    .arg(&d_slot_row)
-                    .arg(&mut d_y)
-                    .arg(&ti)
-                    .arg(&ki)
-                    .arg(&hi)
+                    .arg(&d_o).arg(&d_weights).arg(&d_slot_row).arg(&mut d_y).arg(&ti).arg(&ki).arg(&hi)
                     .launch(launch_cfg(t * hd)?)?;
             }
         }
@@ -347,83 +225,35 @@ impl Gpu {
                 unsafe {
                     if t > 0 {
                         s.launch_builder(self.function("slot_dots"))
-                            .arg(&d_dy)
-                            .arg(&d_o)
-                            .arg(&d_slot_row)
-                            .arg(&mut d_gw)
-                            .arg(&ti)
-                            .arg(&ki)
-                            .arg(&hi)
+                            .arg(&d_dy).arg(&d_o).arg(&d_slot_row).arg(&mut d_gw).arg(&ti).arg(&ki).arg(&hi)
                             .launch(launch_cfg(t * k)?)?;
                     }
                     if m > 0 {
                         s.launch_builder(self.function("dispatch_weighted"))
-                            .arg(&d_dy)
-                            .arg(&d_weights)
-                            .arg(&d_row_token)
-                            .arg(&d_row_slot)
-                            .arg(&mut d_do)
-                            .arg(&mi)
-                            .arg(&ki)
-                            .arg(&hi)
+                            .arg(&d_dy).arg(&d_weights).arg(&d_row_token).arg(&d_row_slot).arg(&mut d_do).arg(&mi).arg(&ki).arg(&hi)
                             .launch(launch_cfg(m * hd)?)?;
                         // da = do · w2[e]   (w2[e] is [H, I]: contraction over H)
                         s.launch_builder(self.function("grouped_gemm_nn"))
-                            .arg(&d_do)
-                            .arg(&d_w2)
-                            .arg(&d_row_expert)
-                            .arg(&mut d_da)
-                            .arg(&mi)
-                            .arg(&ii)
-                            .arg(&hi)
+                            .arg(&d_do).arg(&d_w2).arg(&d_row_expert).arg(&mut d_da).arg(&mi).arg(&ii).arg(&hi)
                             .launch(launch_cfg(m * id)?)?;
                         s.launch_builder(self.function("swiglu_bwd"))
-                            .arg(&d_h)
-                            .arg(&d_da)
-                            .arg(&mut d_dh)
-                            .arg(&mi)
-                            .arg(&ii)
-                            .arg(&alpha)
-                            .arg(&limit)
+                            .arg(&d_h).arg(&d_da).arg(&mut d_dh).arg(&mi).arg(&ii).arg(&alpha).arg(&limit)
                             .launch(launch_cfg(m * id)?)?;
                         // dx_rows = dh · w13[e]   (w13[e] is [2I, H]: contraction over 2I)
                         s.launch_builder(self.function("grouped_gemm_nn"))
-                            .arg(&d_dh)
-                            .arg(&d_w13)
-                            .arg(&d_row_expert)
-                            .arg(&mut d_dxr)
-                            .arg(&mi)
-                            .arg(&hi)
-                            .arg(&i2)
+                            .arg(&d_dh).arg(&d_w13).arg(&d_row_expert).arg(&mut d_dxr).arg(&mi).arg(&hi).arg(&i2)
                             .launch(launch_cfg(m * hd)?)?;
                     }
                     // weight gradients run for every expert, so experts without rows get exact zeros
                     s.launch_builder(self.function("grouped_wgrad"))
-                        .arg(&d_do)
-                        .arg(&d_a)
-                        .arg(&d_offsets)
-                        .arg(&mut d_gw2)
-                        .arg(&ei)
-                        .arg(&hi)
-                        .arg(&ii)
+                        .arg(&d_do).arg(&d_a).arg(&d_offsets).arg(&mut d_gw2).arg(&ei).arg(&hi).arg(&ii)
                         .launch(launch_cfg(e * hd * id)?)?;
                     s.launch_builder(self.function("grouped_wgrad"))
-                        .arg(&d_dh)
-                        .arg(&d_xr)
-                        .arg(&d_offsets)
-                        .arg(&mut d_gw13)
-                        .arg(&ei)
-                        .arg(&i2)
-                        .arg(&hi)
+                        .arg(&d_dh).arg(&d_xr).arg(&d_offsets).arg(&mut d_gw13).arg(&ei).arg(&i2).arg(&hi)
                         .launch(launch_cfg(e * 2 * id * hd)?)?;
                     if t > 0 {
                         s.launch_builder(self.function("undispatch"))
-                            .arg(&d_dxr)
-                            .arg(&d_slot_row)
-                            .arg(&mut d_gx)
-                            .arg(&ti)
-                            .arg(&ki)
-                            .arg(&hi)
+                            .arg(&d_dxr).arg(&d_slot_row).arg(&mut d_gx).arg(&ti).arg(&ki).arg(&hi)
                             .launch(launch_cfg(t * hd)?)?;
                     }
                 }
@@ -439,15 +269,9 @@ impl Gpu {
                     dh: decode(&self.download(&d_dh, m * 2 * id)?, (m, 2 * id)),
                     dx_rows: decode(&self.download(&d_dxr, m * hd)?, (m, hd)),
                     grad_x: decode(&self.download(&d_gx, t * hd)?, (t, hd)),
-                    grad_w13: Array3::from_shape_vec(
-                        (e, 2 * id, hd),
-                        f32s(&d_gw13, e * 2 * id * hd)?,
-                    )
-                    .expect("shape"),
-                    grad_w2: Array3::from_shape_vec((e, hd, id), f32s(&d_gw2, e * hd * id)?)
-                        .expect("shape"),
-                    grad_topk_weights: Array2::from_shape_vec((t, k), f32s(&d_gw, t * k)?)
-                        .expect("shape"),
+                    grad_w13: Array3::from_shape_vec((e, 2 * id, hd), f32s(&d_gw13, e * 2 * id * hd)?).expect("shape"),
+                    grad_w2: Array3::from_shape_vec((e, hd, id), f32s(&d_gw2, e * hd * id)?).expect("shape"),
+                    grad_topk_weights: Array2::from_shape_vec((t, k), f32s(&d_gw, t * k)?).expect("shape"),
                 })
             }
         };

@@ -84,116 +84,43 @@ pub struct MoeLayer<'g> {
 /// Check that a device slice holds exactly `n` values.
 fn expect_len(what: &str, got: usize, n: usize, shape: &str) -> Result<(), GpuError> {
     if got != n {
-        return Err(GpuError::Input(format!(
-            "{what} holds {got} values; {shape} needs {n}"
-        )));
+        return Err(GpuError::Input(format!("{what} holds {got} values; {shape} needs {n}")));
     }
     Ok(())
 }
 
 /// Check every input's length against `dims` (no device access, so callable before any upload).
-pub fn check_lengths(
-    dims: FastDims,
-    x: usize,
-    w13: usize,
-    w2: usize,
-    dy: Option<usize>,
-    ids: usize,
-    weights: usize,
-) -> Result<(), GpuError> {
-    let FastDims {
-        tokens: t,
-        hidden: h,
-        inter: i,
-        experts: e,
-        top_k: k,
-    } = dims;
+pub fn check_lengths(dims: FastDims, x: usize, w13: usize, w2: usize, dy: Option<usize>, ids: usize, weights: usize) -> Result<(), GpuError> {
+    let FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k } = dims;
     expect_len("x", x, t * h, &format!("[T, H] = [{t}, {h}]"))?;
-    expect_len(
-        "w13",
-        w13,
-        e * 2 * i * h,
-        &format!("[E, 2I, H] = [{e}, {}, {h}]", 2 * i),
-    )?;
+    expect_len("w13", w13, e * 2 * i * h, &format!("[E, 2I, H] = [{e}, {}, {h}]", 2 * i))?;
     expect_len("w2", w2, e * h * i, &format!("[E, H, I] = [{e}, {h}, {i}]"))?;
     if let Some(d) = dy {
         expect_len("dy", d, t * h, &format!("[T, H] = [{t}, {h}]"))?;
     }
     expect_len("topk_ids", ids, t * k, &format!("[T, k] = [{t}, {k}]"))?;
-    expect_len(
-        "topk_weights",
-        weights,
-        t * k,
-        &format!("[T, k] = [{t}, {k}]"),
-    )
+    expect_len("topk_weights", weights, t * k, &format!("[T, k] = [{t}, {k}]"))
 }
 
 impl<'g> MoeLayer<'g> {
     /// Build the layer for `dims` over the caller's inputs: checks lengths, downloads and validates the
     /// routing (ids in -1..E, no expert twice per token), copies x, w13, w2, dy device to device. Unsupported
     /// shapes (H or I not a positive multiple of 8, k > E, E > 1024) are `GpuError::Input`.
-    pub fn new(
-        gpu: &'g Gpu,
-        kernels: &'g FastKernels,
-        dims: FastDims,
-        act: Activation,
-        inputs: &MoeInputs,
-    ) -> Result<MoeLayer<'g>, GpuError> {
-        let MoeInputs {
-            x,
-            w13,
-            w2,
-            dy,
-            topk_ids,
-            topk_weights,
-        } = inputs;
-        check_lengths(
-            dims,
-            x.len(),
-            w13.len(),
-            w2.len(),
-            dy.map(|d| d.len()),
-            topk_ids.len(),
-            topk_weights.len(),
-        )?;
+    pub fn new(gpu: &'g Gpu, kernels: &'g FastKernels, dims: FastDims, act: Activation, inputs: &MoeInputs) -> Result<MoeLayer<'g>, GpuError> {
+        let MoeInputs { x, w13, w2, dy, topk_ids, topk_weights } = inputs;
+        check_lengths(dims, x.len(), w13.len(), w2.len(), dy.map(|d| d.len()), topk_ids.len(), topk_weights.len())?;
         let s = &gpu.stream;
-        let ids = if topk_ids.is_empty() {
-            Vec::new()
-        } else {
-            s.clone_dtoh(*topk_ids)?
-        };
-        let weights = if topk_weights.is_empty() {
-            Vec::new()
-        } else {
-            s.clone_dtoh(*topk_weights)?
-        };
+        let ids = if topk_ids.is_empty() { Vec::new() } else { s.clone_dtoh(*topk_ids)? };
+        let weights = if topk_weights.is_empty() { Vec::new() } else { s.clone_dtoh(*topk_weights)? };
         let mut layer = FastLayer::new(gpu, kernels, dims, act, &ids, &weights)?;
         layer.copy_inputs_dtod(x, w13, w2, *dy)?;
-        Ok(MoeLayer {
-            layer,
-            has_dy: dy.is_some(),
-            ran_forward: false,
-        })
+        Ok(MoeLayer { layer, has_dy: dy.is_some(), ran_forward: false })
     }
 
     /// Replace x, w13, w2, dy (same shapes and routing) by device-to-device copies.
-    pub fn set_inputs(
-        &mut self,
-        x: &CudaSlice<u16>,
-        w13: &CudaSlice<u16>,
-        w2: &CudaSlice<u16>,
-        dy: Option<&CudaSlice<u16>>,
-    ) -> Result<(), GpuError> {
+    pub fn set_inputs(&mut self, x: &CudaSlice<u16>, w13: &CudaSlice<u16>, w2: &CudaSlice<u16>, dy: Option<&CudaSlice<u16>>) -> Result<(), GpuError> {
         let d = self.layer.dims;
-        check_lengths(
-            d,
-            x.len(),
-            w13.len(),
-            w2.len(),
-            dy.map(|v| v.len()),
-            d.tokens * d.top_k,
-            d.tokens * d.top_k,
-        )?;
+        check_lengths(d, x.len(), w13.len(), w2.len(), dy.map(|v| v.len()), d.tokens * d.top_k, d.tokens * d.top_k)?;
         self.layer.copy_inputs_dtod(x, w13, w2, dy)?;
         self.has_dy |= dy.is_some();
         Ok(())
@@ -213,9 +140,7 @@ impl<'g> MoeLayer<'g> {
     pub fn forward(&mut self) -> Result<MoeForward<'_>, GpuError> {
         self.layer.forward()?;
         self.ran_forward = true;
-        Ok(MoeForward {
-            y: self.layer.buffers().y,
-        })
+        Ok(MoeForward { y: self.layer.buffers().y })
     }
 
     /// The backward (needs `dy` and a forward first). Asynchronous on the GPU's stream.
@@ -224,18 +149,11 @@ impl<'g> MoeLayer<'g> {
             return Err(GpuError::Input("backward needs dy; none was given".into()));
         }
         if !self.ran_forward {
-            return Err(GpuError::Input(
-                "backward needs a forward first (it reads the forward's rows and H)".into(),
-            ));
+            return Err(GpuError::Input("backward needs a forward first (it reads the forward's rows and H)".into()));
         }
         self.layer.backward()?;
         let b = self.layer.buffers();
-        Ok(MoeBackward {
-            grad_x: b.grad_x,
-            grad_w13: b.grad_w13,
-            grad_w2: b.grad_w2,
-            grad_topk_weights: b.grad_topk_weights,
-        })
+        Ok(MoeBackward { grad_x: b.grad_x, grad_w13: b.grad_w13, grad_w2: b.grad_w2, grad_topk_weights: b.grad_topk_weights })
     }
 
     /// Forward, then backward when `dy` was given.
@@ -255,27 +173,13 @@ impl<'g> MoeLayer<'g> {
     /// The gradients (after a backward).
     pub fn grads(&self) -> MoeBackward<'_> {
         let b = self.layer.buffers();
-        MoeBackward {
-            grad_x: b.grad_x,
-            grad_w13: b.grad_w13,
-            grad_w2: b.grad_w2,
-            grad_topk_weights: b.grad_topk_weights,
-        }
+        MoeBackward { grad_x: b.grad_x, grad_w13: b.grad_w13, grad_w2: b.grad_w2, grad_topk_weights: b.grad_topk_weights }
     }
 
     /// The stored intermediates; the backward's are meaningful only after a backward.
     pub fn intermediates(&self) -> MoeIntermediates<'_> {
         let b = self.layer.buffers();
-        MoeIntermediates {
-            row_token: b.row_token,
-            row_slot: b.row_slot,
-            expert_offsets: b.offsets,
-            h: b.h,
-            a: b.a,
-            o: b.o,
-            dh: b.dh,
-            dx_rows: b.dx_rows,
-        }
+        MoeIntermediates { row_token: b.row_token, row_slot: b.row_slot, expert_offsets: b.offsets, h: b.h, a: b.a, o: b.o, dh: b.dh, dx_rows: b.dx_rows }
     }
 
     /// Everything downloaded, for the fast-path checker (`fast::check`).
@@ -294,13 +198,7 @@ mod tests {
     use super::*;
 
     fn dims() -> FastDims {
-        FastDims {
-            tokens: 3,
-            hidden: 8,
-            inter: 16,
-            experts: 4,
-            top_k: 2,
-        }
+        FastDims { tokens: 3, hidden: 8, inter: 16, experts: 4, top_k: 2 }
     }
 
     #[test]
@@ -312,20 +210,12 @@ mod tests {
     #[test]
     fn each_wrong_length_is_named() {
         let good = [24, 4 * 32 * 8, 4 * 8 * 16, 24, 6, 6];
-        for (i, name) in ["x", "w13", "w2", "dy", "topk_ids", "topk_weights"]
-            .iter()
-            .enumerate()
-        {
+        for (i, name) in ["x", "w13", "w2", "dy", "topk_ids", "topk_weights"].iter().enumerate() {
             let mut v = good;
             v[i] += 1;
             match check_lengths(dims(), v[0], v[1], v[2], Some(v[3]), v[4], v[5]) {
-                Err(GpuError::Input(m)) => {
-                    assert!(m.starts_with(&format!("{name} holds {}", v[i])), "{m}")
-                }
-                other => panic!(
-                    "{name}: expected an input error, got {:?}",
-                    other.map_err(|e| e.to_string())
-                ),
+                Err(GpuError::Input(m)) => assert!(m.starts_with(&format!("{name} holds {}", v[i])), "{m}"),
+                other => panic!("{name}: expected an input error, got {:?}", other.map_err(|e| e.to_string())),
             }
         }
     }

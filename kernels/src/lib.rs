@@ -7,9 +7,9 @@
 //! that a mismatch points at one place in each.
 
 pub mod check;
+pub mod fast;
 mod device;
 mod error;
-pub mod fast;
 mod forward;
 mod layer_api;
 mod source;
@@ -17,9 +17,7 @@ mod source;
 pub use device::Gpu;
 pub use error::GpuError;
 pub use forward::{GpuBackward, GpuForward, Routing};
-pub use layer_api::{
-    check_lengths, MoeBackward, MoeForward, MoeInputs, MoeIntermediates, MoeLayer, NOT_STORED,
-};
+pub use layer_api::{check_lengths, MoeBackward, MoeForward, MoeInputs, MoeIntermediates, MoeLayer, NOT_STORED};
 
 /// Whether GPU tests must run (`REQUIRE_GPU=1`) rather than skip when no GPU is usable.
 pub fn gpu_required() -> bool {

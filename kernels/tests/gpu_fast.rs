@@ -10,9 +10,7 @@ use moe_kernels::{gpu_for_test, Gpu, GpuError};
 use moe_reference::config::Activation;
 
 fn bits(v: &[f64]) -> Vec<u16> {
-    v.iter()
-        .map(|&x| half::bf16::from_f64(x).to_bits())
-        .collect()
+    v.iter().map(|&x| half::bf16::from_f64(x).to_bits()).collect()
 }
 
 fn same(a: &FastTrace, b: &FastTrace) -> Result<(), String> {
@@ -25,37 +23,14 @@ fn same(a: &FastTrace, b: &FastTrace) -> Result<(), String> {
 /// Run one case twice (the second time on fresh buffers poisoned with NaN), demand bitwise equality, and
 /// check the first run fully against the oracle. Returns (worst error/bound, elements checked).
 #[allow(clippy::too_many_arguments)]
-fn run_case(
-    gpu: &Gpu,
-    kern: &FastKernels,
-    (wgmma, wgrad_wgmma, direct, persistent): Engine,
-    seed: u64,
-    t: usize,
-    h: usize,
-    i: usize,
-    e: usize,
-    k: usize,
-    act: Activation,
-    unused: f64,
-) -> (f64, usize) {
+fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persistent): Engine, seed: u64, t: usize, h: usize, i: usize, e: usize, k: usize, act: Activation, unused: f64) -> (f64, usize) {
     let (_cfg, x, w13, w2, ids, w) = case(seed, t, h, i, e, k, act, unused);
     let mut g = moe_kernels::check::Gen(seed.wrapping_mul(31).wrapping_add(7) | 1);
     let dy: Vec<f64> = (0..t * h).map(|_| g.bf16(0.5)).collect();
-    let (xb, w13b, w2b, dyb) = (
-        bits(x.as_slice().unwrap()),
-        bits(w13.as_slice().unwrap()),
-        bits(w2.as_slice().unwrap()),
-        bits(&dy),
-    );
+    let (xb, w13b, w2b, dyb) = (bits(x.as_slice().unwrap()), bits(w13.as_slice().unwrap()), bits(w2.as_slice().unwrap()), bits(&dy));
     let ids_v: Vec<i32> = ids.iter().copied().collect();
     let w_v: Vec<f32> = w.iter().copied().collect();
-    let dims = FastDims {
-        tokens: t,
-        hidden: h,
-        inter: i,
-        experts: e,
-        top_k: k,
-    };
+    let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
     let run_with = |engine: Engine, poison: bool, gather_first: bool| -> FastTrace {
         let mut layer = FastLayer::new(gpu, kern, dims, act, &ids_v, &w_v).expect("layer");
         layer.set_engine(engine).expect("engine");
@@ -97,22 +72,9 @@ fn run_case(
             panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): backward after recompute_h differs: {msg}");
         }
     }
-    let host = HostCase {
-        dims,
-        act,
-        x: &xb,
-        w13: &w13b,
-        w2: &w2b,
-        dy: &dyb,
-        ids: &ids_v,
-        weights: &w_v,
-    };
+    let host = HostCase { dims, act, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids: &ids_v, weights: &w_v };
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let scope = Scope {
-        tokens: (0..t).collect(),
-        wgrad_samples: None,
-        threads,
-    };
+    let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads };
     match check(&host, &first, &scope) {
         Ok(r) => (r.worst, r.elements),
         Err(msg) => panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}, {act:?}, wgmma {wgmma}/{wgrad_wgmma}/{direct}/{persistent}): {msg}"),
@@ -126,54 +88,41 @@ fn engines(kern: &FastKernels) -> Vec<Engine> {
     let only = std::env::var("MOE_FAST_ENGINES").unwrap_or_default();
     let chosen: Vec<Engine> = ENGINES
         .iter()
-        .filter(|(n, e)| {
-            (kern.wgmma || !e.0) && (only.is_empty() || only.split(',').any(|o| o.trim() == *n))
-        })
+        .filter(|(n, e)| (kern.wgmma || !e.0) && (only.is_empty() || only.split(',').any(|o| o.trim() == *n)))
         .map(|&(_, e)| e)
         .collect();
-    assert!(
-        !chosen.is_empty(),
-        "MOE_FAST_ENGINES={only:?} names no engine this GPU has"
-    );
+    assert!(!chosen.is_empty(), "MOE_FAST_ENGINES={only:?} names no engine this GPU has");
     chosen
 }
 
 fn kernels_for(gpu: &Gpu) -> FastKernels {
-    let stages = std::env::var("MOE_FAST_STAGES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let stages = std::env::var("MOE_FAST_STAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
     FastKernels::load(gpu, stages).expect("fast kernels compile and load")
 }
 
 #[test]
 fn fast_layer_matches_the_oracle_on_edge_shapes() {
-    let Some(gpu) = gpu_for_test("fast_layer_matches_the_oracle_on_edge_shapes") else {
-        return;
-    };
+    let Some(gpu) = gpu_for_test("fast_layer_matches_the_oracle_on_edge_shapes") else { return };
     let kern = kernels_for(&gpu);
     eprintln!("GPU: {} ({}, {} stages)", gpu.name, kern.arch, kern.stages);
-    let clamped = Activation::SwigluClamped {
-        alpha: 1.702,
-        limit: 7.0,
-    };
+    let clamped = Activation::SwigluClamped { alpha: 1.702, limit: 7.0 };
     let sw = Activation::Swiglu;
     // (seed, T, H, I, E, k, activation, fraction of -1 slots)
     let cases = [
         (1, 32, 64, 32, 8, 2, sw, 0.0),
-        (2, 1, 48, 16, 4, 4, sw, 0.0),           // T = 1, k = E
-        (3, 40, 32, 16, 8, 2, clamped, 0.2),     // -1 slots, clamped SwiGLU
-        (4, 20, 32, 16, 16, 1, sw, 0.0),         // empty experts
-        (5, 0, 32, 16, 4, 2, sw, 0.0),           // no tokens
-        (6, 12, 32, 16, 4, 2, sw, 1.0),          // every slot -1
-        (7, 127, 64, 32, 1, 1, sw, 0.0),         // 127 rows on one expert
-        (8, 128, 64, 32, 1, 1, sw, 0.0),         // 128: one full tile
-        (9, 129, 64, 32, 1, 1, sw, 0.0),         // 129: a tile of one row
-        (10, 64, 72, 40, 8, 4, sw, 0.05),        // H, I not multiples of the tiles
-        (11, 300, 256, 192, 4, 2, sw, 0.0),      // several row, column and k tiles; pipeline wraps
+        (2, 1, 48, 16, 4, 4, sw, 0.0),        // T = 1, k = E
+        (3, 40, 32, 16, 8, 2, clamped, 0.2),  // -1 slots, clamped SwiGLU
+        (4, 20, 32, 16, 16, 1, sw, 0.0),      // empty experts
+        (5, 0, 32, 16, 4, 2, sw, 0.0),        // no tokens
+        (6, 12, 32, 16, 4, 2, sw, 1.0),       // every slot -1
+        (7, 127, 64, 32, 1, 1, sw, 0.0),      // 127 rows on one expert
+        (8, 128, 64, 32, 1, 1, sw, 0.0),      // 128: one full tile
+        (9, 129, 64, 32, 1, 1, sw, 0.0),      // 129: a tile of one row
+        (10, 64, 72, 40, 8, 4, sw, 0.05),     // H, I not multiples of the tiles
+        (11, 300, 256, 192, 4, 2, sw, 0.0),   // several row, column and k tiles; pipeline wraps
         (12, 160, 200, 136, 3, 3, clamped, 0.1), // k = E, odd tiles everywhere
-        (13, 260, 8, 8, 2, 1, sw, 0.0),          // the smallest H and I
-        (14, 200, 520, 264, 2, 2, sw, 0.0), // more than one 256-wide tile and several k tiles on every GEMM
+        (13, 260, 8, 8, 2, 1, sw, 0.0),       // the smallest H and I
+        (14, 200, 520, 264, 2, 2, sw, 0.0),   // more than one 256-wide tile and several k tiles on every GEMM
     ];
     let (mut worst, mut elements) = (0.0f64, 0usize);
     for wgmma in engines(&kern) {
@@ -189,108 +138,47 @@ fn fast_layer_matches_the_oracle_on_edge_shapes() {
 
 #[test]
 fn fast_layer_refuses_bad_input_with_an_error() {
-    let Some(gpu) = gpu_for_test("fast_layer_refuses_bad_input_with_an_error") else {
-        return;
-    };
+    let Some(gpu) = gpu_for_test("fast_layer_refuses_bad_input_with_an_error") else { return };
     let kern = kernels_for(&gpu);
-    let dims = |h, i| FastDims {
-        tokens: 2,
-        hidden: h,
-        inter: i,
-        experts: 4,
-        top_k: 2,
-    };
+    let dims = |h, i| FastDims { tokens: 2, hidden: h, inter: i, experts: 4, top_k: 2 };
     let ids = [0, 1, 2, 3];
     let w = [0.5f32; 4];
     for (h, i) in [(30, 16), (32, 12), (0, 16)] {
         let r = FastLayer::new(&gpu, &kern, dims(h, i), Activation::Swiglu, &ids, &w);
-        assert!(
-            matches!(r, Err(GpuError::Input(_))),
-            "H = {h}, I = {i} must be refused with an input error"
-        );
+        assert!(matches!(r, Err(GpuError::Input(_))), "H = {h}, I = {i} must be refused with an input error");
     }
     for bad in [[0, 4, 2, 3], [0, 0, 2, 3], [0, -2, 1, 2]] {
         let r = FastLayer::new(&gpu, &kern, dims(32, 16), Activation::Swiglu, &bad, &w);
-        assert!(
-            matches!(r, Err(GpuError::Input(_))),
-            "ids {bad:?} must be refused"
-        );
+        assert!(matches!(r, Err(GpuError::Input(_))), "ids {bad:?} must be refused");
     }
     let r = FastLayer::new(&gpu, &kern, dims(32, 16), Activation::Swiglu, &ids[..3], &w);
-    assert!(
-        matches!(r, Err(GpuError::Input(_))),
-        "a short ids array must be refused"
-    );
+    assert!(matches!(r, Err(GpuError::Input(_))), "a short ids array must be refused");
 }
 
 #[test]
 fn fast_layer_matches_the_oracle_on_random_shapes() {
     use proptest::test_runner::{Config, TestRunner};
-    let Some(gpu) = gpu_for_test("fast_layer_matches_the_oracle_on_random_shapes") else {
-        return;
-    };
+    let Some(gpu) = gpu_for_test("fast_layer_matches_the_oracle_on_random_shapes") else { return };
     let kern = kernels_for(&gpu);
-    let cases = std::env::var("GPU_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(24u32);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let cases = std::env::var("GPU_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24u32);
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
     let count = std::cell::Cell::new(0usize);
     let worst = std::cell::Cell::new(0.0f64);
     // H and I in multiples of 8 (what the kernels take), T up to a few row tiles
-    let strategy = (
-        0usize..300,
-        1usize..24,
-        1usize..20,
-        1usize..10,
-        1usize..10,
-        0u8..3,
-        0u8..4,
-        proptest::num::u64::ANY,
-    );
+    let strategy = (0usize..300, 1usize..24, 1usize..20, 1usize..10, 1usize..10, 0u8..3, 0u8..4, proptest::num::u64::ANY);
     runner
         .run(&strategy, |(t, h8, i8, e, k, act, unused, seed)| {
             let k = k.min(e);
-            let act = if act < 2 {
-                Activation::Swiglu
-            } else {
-                Activation::SwigluClamped {
-                    alpha: 1.702,
-                    limit: 7.0,
-                }
-            };
+            let act = if act < 2 { Activation::Swiglu } else { Activation::SwigluClamped { alpha: 1.702, limit: 7.0 } };
             let unused = [0.0, 0.0, 0.3, 1.0][unused as usize];
             let mut w = 0.0f64;
             for wgmma in engines(&kern) {
-                w = w.max(
-                    run_case(
-                        &gpu,
-                        &kern,
-                        wgmma,
-                        seed,
-                        t,
-                        8 * h8,
-                        8 * i8,
-                        e,
-                        k,
-                        act,
-                        unused,
-                    )
-                    .0,
-                );
+                w = w.max(run_case(&gpu, &kern, wgmma, seed, t, 8 * h8, 8 * i8, e, k, act, unused).0);
             }
             worst.set(worst.get().max(w));
             count.set(count.get() + 1);
             Ok(())
         })
         .unwrap();
-    eprintln!(
-        "{} random cases passed, worst error/bound {:.3}",
-        count.get(),
-        worst.get()
-    );
+    eprintln!("{} random cases passed, worst error/bound {:.3}", count.get(), worst.get());
 }

@@ -12,22 +12,13 @@ use moe_kernels::{gpu_for_test, Gpu, GpuError, MoeInputs, MoeLayer};
 use moe_reference::config::Activation;
 
 fn bits(v: &[f64]) -> Vec<u16> {
-    v.iter()
-        .map(|&x| half::bf16::from_f64(x).to_bits())
-        .collect()
+    v.iter().map(|&x| half::bf16::from_f64(x).to_bits()).collect()
 }
 
 /// x, w13, w2, dy (bf16 bits), topk_ids, topk_weights on the host.
 type Host = (Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>, Vec<i32>, Vec<f32>);
 /// The same on the device.
-type Dev = (
-    CudaSlice<u16>,
-    CudaSlice<u16>,
-    CudaSlice<u16>,
-    CudaSlice<u16>,
-    CudaSlice<i32>,
-    CudaSlice<f32>,
-);
+type Dev = (CudaSlice<u16>, CudaSlice<u16>, CudaSlice<u16>, CudaSlice<u16>, CudaSlice<i32>, CudaSlice<f32>);
 
 /// A case's host values and its device copies.
 struct Case {
@@ -38,60 +29,18 @@ struct Case {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn make(
-    gpu: &Gpu,
-    seed: u64,
-    t: usize,
-    h: usize,
-    i: usize,
-    e: usize,
-    k: usize,
-    act: Activation,
-    unused: f64,
-) -> Case {
+fn make(gpu: &Gpu, seed: u64, t: usize, h: usize, i: usize, e: usize, k: usize, act: Activation, unused: f64) -> Case {
     let (_cfg, x, w13, w2, ids, w) = case(seed, t, h, i, e, k, act, unused);
     let mut g = moe_kernels::check::Gen(seed.wrapping_mul(31).wrapping_add(7) | 1);
     let dy: Vec<f64> = (0..t * h).map(|_| g.bf16(0.5)).collect();
-    let host = (
-        bits(x.as_slice().unwrap()),
-        bits(w13.as_slice().unwrap()),
-        bits(w2.as_slice().unwrap()),
-        bits(&dy),
-        ids.iter().copied().collect::<Vec<i32>>(),
-        w.iter().copied().collect::<Vec<f32>>(),
-    );
+    let host = (bits(x.as_slice().unwrap()), bits(w13.as_slice().unwrap()), bits(w2.as_slice().unwrap()), bits(&dy), ids.iter().copied().collect::<Vec<i32>>(), w.iter().copied().collect::<Vec<f32>>());
     let s = &gpu.stream;
-    let dev = (
-        s.clone_htod(&host.0).unwrap(),
-        s.clone_htod(&host.1).unwrap(),
-        s.clone_htod(&host.2).unwrap(),
-        s.clone_htod(&host.3).unwrap(),
-        s.clone_htod(&host.4).unwrap(),
-        s.clone_htod(&host.5).unwrap(),
-    );
-    Case {
-        dims: FastDims {
-            tokens: t,
-            hidden: h,
-            inter: i,
-            experts: e,
-            top_k: k,
-        },
-        act,
-        host,
-        dev,
-    }
+    let dev = (s.clone_htod(&host.0).unwrap(), s.clone_htod(&host.1).unwrap(), s.clone_htod(&host.2).unwrap(), s.clone_htod(&host.3).unwrap(), s.clone_htod(&host.4).unwrap(), s.clone_htod(&host.5).unwrap());
+    Case { dims: FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k }, act, host, dev }
 }
 
 fn inputs(c: &Case) -> MoeInputs<'_> {
-    MoeInputs {
-        x: &c.dev.0,
-        w13: &c.dev.1,
-        w2: &c.dev.2,
-        dy: Some(&c.dev.3),
-        topk_ids: &c.dev.4,
-        topk_weights: &c.dev.5,
-    }
+    MoeInputs { x: &c.dev.0, w13: &c.dev.1, w2: &c.dev.2, dy: Some(&c.dev.3), topk_ids: &c.dev.4, topk_weights: &c.dev.5 }
 }
 
 fn kernels(gpu: &Gpu) -> FastKernels {
@@ -100,20 +49,11 @@ fn kernels(gpu: &Gpu) -> FastKernels {
 
 #[test]
 fn moe_layer_matches_the_oracle_on_odd_shapes() {
-    let Some(gpu) = gpu_for_test("moe_layer_matches_the_oracle_on_odd_shapes") else {
-        return;
-    };
+    let Some(gpu) = gpu_for_test("moe_layer_matches_the_oracle_on_odd_shapes") else { return };
     let kern = kernels(&gpu);
-    let clamped = Activation::SwigluClamped {
-        alpha: 1.702,
-        limit: 7.0,
-    };
+    let clamped = Activation::SwigluClamped { alpha: 1.702, limit: 7.0 };
     // (seed, T, H, I, E, k, activation, fraction of -1 slots): odd T, H and I not multiples of the tiles
-    let cases = [
-        (11, 7, 24, 40, 5, 3, Activation::Swiglu, 0.0),
-        (12, 13, 72, 56, 3, 2, clamped, 0.2),
-        (13, 1, 8, 8, 1, 1, Activation::Swiglu, 0.0),
-    ];
+    let cases = [(11, 7, 24, 40, 5, 3, Activation::Swiglu, 0.0), (12, 13, 72, 56, 3, 2, clamped, 0.2), (13, 1, 8, 8, 1, 1, Activation::Swiglu, 0.0)];
     let mut checked = 0;
     for (seed, t, h, i, e, k, act, unused) in cases {
         let c = make(&gpu, seed, t, h, i, e, k, act, unused);
@@ -125,46 +65,17 @@ fn moe_layer_matches_the_oracle_on_odd_shapes() {
         assert_eq!(s.clone_dtoh(&layer.y()).unwrap(), tr.y, "y view");
         let g = layer.grads();
         assert_eq!(s.clone_dtoh(&g.grad_x).unwrap(), tr.grad_x, "grad.x view");
-        assert_eq!(
-            s.clone_dtoh(&g.grad_w13).unwrap(),
-            tr.grad_w13,
-            "grad.w13 view"
-        );
-        assert_eq!(
-            s.clone_dtoh(&g.grad_w2).unwrap(),
-            tr.grad_w2,
-            "grad.w2 view"
-        );
-        assert_eq!(
-            s.clone_dtoh(&g.grad_topk_weights).unwrap(),
-            tr.grad_topk_weights,
-            "grad.topk_weights view"
-        );
+        assert_eq!(s.clone_dtoh(&g.grad_w13).unwrap(), tr.grad_w13, "grad.w13 view");
+        assert_eq!(s.clone_dtoh(&g.grad_w2).unwrap(), tr.grad_w2, "grad.w2 view");
+        assert_eq!(s.clone_dtoh(&g.grad_topk_weights).unwrap(), tr.grad_topk_weights, "grad.topk_weights view");
         let im = layer.intermediates();
         assert_eq!(s.clone_dtoh(&im.h).unwrap(), tr.h, "fwd.h view");
-        assert_eq!(
-            s.clone_dtoh(&im.expert_offsets).unwrap(),
-            tr.offsets,
-            "fwd.expert_offsets view"
-        );
+        assert_eq!(s.clone_dtoh(&im.expert_offsets).unwrap(), tr.offsets, "fwd.expert_offsets view");
         assert_eq!(im.row_token.len(), layer.rows());
         // the checker gets the caller's host values, so a wrong device-to-device copy shows as a violation
         let (x, w13, w2, dy, ids, w) = &c.host;
-        let hc = HostCase {
-            dims: c.dims,
-            act: c.act,
-            x,
-            w13,
-            w2,
-            dy,
-            ids,
-            weights: w,
-        };
-        let scope = Scope {
-            tokens: (0..t).collect(),
-            wgrad_samples: None,
-            threads: 2,
-        };
+        let hc = HostCase { dims: c.dims, act: c.act, x, w13, w2, dy, ids, weights: w };
+        let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads: 2 };
         match check(&hc, &tr, &scope) {
             Ok(r) => {
                 eprintln!("seed {seed} T={t} H={h} I={i} E={e} k={k}: worst error/bound {:.3}, {} elements", r.worst, r.elements);
@@ -189,76 +100,25 @@ fn input_error(r: Result<MoeLayer<'_>, GpuError>, want: &str) {
 
 #[test]
 fn moe_layer_rejects_bad_inputs() {
-    let Some(gpu) = gpu_for_test("moe_layer_rejects_bad_inputs") else {
-        return;
-    };
+    let Some(gpu) = gpu_for_test("moe_layer_rejects_bad_inputs") else { return };
     let kern = kernels(&gpu);
     let c = make(&gpu, 21, 5, 16, 24, 4, 2, Activation::Swiglu, 0.0);
     let s = &gpu.stream;
     let short = s.clone_htod(&c.host.0[..c.host.0.len() - 1]).unwrap();
-    input_error(
-        MoeLayer::new(
-            &gpu,
-            &kern,
-            c.dims,
-            c.act,
-            &MoeInputs {
-                x: &short,
-                ..inputs(&c)
-            },
-        ),
-        "x holds 79 values",
-    );
+    input_error(MoeLayer::new(&gpu, &kern, c.dims, c.act, &MoeInputs { x: &short, ..inputs(&c) }), "x holds 79 values");
     let mut ids = c.host.4.clone();
     ids[3] = 4;
     let bad = s.clone_htod(&ids).unwrap();
-    input_error(
-        MoeLayer::new(
-            &gpu,
-            &kern,
-            c.dims,
-            c.act,
-            &MoeInputs {
-                topk_ids: &bad,
-                ..inputs(&c)
-            },
-        ),
-        "is not -1 or an expert",
-    );
+    input_error(MoeLayer::new(&gpu, &kern, c.dims, c.act, &MoeInputs { topk_ids: &bad, ..inputs(&c) }), "is not -1 or an expert");
     let mut ids = c.host.4.clone();
     ids[1] = ids[0];
     let twice = s.clone_htod(&ids).unwrap();
-    input_error(
-        MoeLayer::new(
-            &gpu,
-            &kern,
-            c.dims,
-            c.act,
-            &MoeInputs {
-                topk_ids: &twice,
-                ..inputs(&c)
-            },
-        ),
-        "twice",
-    );
+    input_error(MoeLayer::new(&gpu, &kern, c.dims, c.act, &MoeInputs { topk_ids: &twice, ..inputs(&c) }), "twice");
     // H = 12 is not a multiple of 8: same buffers, dims that fit their lengths
     let d = make(&gpu, 22, 2, 12, 8, 2, 1, Activation::Swiglu, 0.0);
-    input_error(
-        MoeLayer::new(&gpu, &kern, d.dims, d.act, &inputs(&d)),
-        "multiples of 8",
-    );
+    input_error(MoeLayer::new(&gpu, &kern, d.dims, d.act, &inputs(&d)), "multiples of 8");
     // backward without dy
-    let mut layer = MoeLayer::new(
-        &gpu,
-        &kern,
-        c.dims,
-        c.act,
-        &MoeInputs {
-            dy: None,
-            ..inputs(&c)
-        },
-    )
-    .expect("forward-only layer");
+    let mut layer = MoeLayer::new(&gpu, &kern, c.dims, c.act, &MoeInputs { dy: None, ..inputs(&c) }).expect("forward-only layer");
     match layer.backward() {
         Err(GpuError::Input(m)) => assert!(m.contains("needs dy"), "{m}"),
         _ => panic!("backward without dy must be an input error"),

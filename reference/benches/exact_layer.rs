@@ -42,25 +42,8 @@ impl Gen {
 fn plain_gemm(m: usize, n: usize, k: usize, a: &[f64], b: &[f64], c: &mut [f64]) {
     unsafe {
         gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            k as isize,
-            1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::Rayon(0),
+            m, n, k, c.as_mut_ptr(), 1, n as isize, false, a.as_ptr(), 1, k as isize, b.as_ptr(), k as isize, 1, 0.0,
+            1.0, false, false, false, gemm::Parallelism::Rayon(0),
         );
     }
 }
@@ -72,24 +55,15 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// An FNV-style hash over the bits of every element, in standard order (rotated so that every bit of
 /// every element reaches every bit of the hash).
 fn hash_bits(bits: impl Iterator<Item = u64>) -> u64 {
-    bits.fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ b).wrapping_mul(0x100000001b3).rotate_left(23)
-    })
+    bits.fold(0xcbf29ce484222325u64, |h, b| (h ^ b).wrapping_mul(0x100000001b3).rotate_left(23))
 }
 
 fn print_checksums(em: &moe_reference::emulate::Emulated) {
     for (name, b) in &em.bounds {
-        let v = layer::named_tensor(&em.fwd, em.bwd.as_ref(), name)
-            .map(|v| hash_bits(v.iter().map(|x| x.to_bits())));
+        let v = layer::named_tensor(&em.fwd, em.bwd.as_ref(), name).map(|v| hash_bits(v.iter().map(|x| x.to_bits())));
         let hb = hash_bits(b.iter().map(|x| u64::from(x.to_bits())));
-        let hd = em
-            .deviation(name)
-            .map(|d| hash_bits(d.iter().map(|x| u64::from(x.to_bits()))));
-        println!(
-            "  checksum {name:<20} value {:016x}  bound {hb:016x}  deviation {:016x}",
-            v.unwrap_or(0),
-            hd.unwrap_or(0)
-        );
+        let hd = em.deviation(name).map(|d| hash_bits(d.iter().map(|x| u64::from(x.to_bits()))));
+        println!("  checksum {name:<20} value {:016x}  bound {hb:016x}  deviation {:016x}", v.unwrap_or(0), hd.unwrap_or(0));
     }
 }
 
@@ -109,12 +83,7 @@ fn main() {
         experts: e,
         top_k: k,
         activation: Activation::Swiglu,
-        routing: Some(Routing {
-            score: Score::Softmax,
-            normalize_topk: true,
-            scaling: 1.0,
-            groups: None,
-        }),
+        routing: Some(Routing { score: Score::Softmax, normalize_topk: true, scaling: 1.0, groups: None }),
         recipe: "fp32".into(),
         ep_ranks: 1,
     };
@@ -159,17 +128,12 @@ fn main() {
     drop(fwd); // the emulated runs below hold their own copies of everything
 
     for r in &recipes {
-        let recipe =
-            moe_reference::recipe::Recipe::named(r).unwrap_or_else(|| panic!("unknown recipe {r}"));
+        let recipe = moe_reference::recipe::Recipe::named(r).unwrap_or_else(|| panic!("unknown recipe {r}"));
         let t = Instant::now();
-        let em = moe_reference::emulate::run_with(&inp, &recipe, Options::default(), false)
-            .expect("named recipe");
+        let em = moe_reference::emulate::run_with(&inp, &recipe, Options::default(), false).expect("named recipe");
         let te = t.elapsed().as_secs_f64();
         std::hint::black_box(&em.bounds);
-        println!(
-            "emulated {r:<13} {te:8.2} s   ratio to exact {:.2}x",
-            te / exact
-        );
+        println!("emulated {r:<13} {te:8.2} s   ratio to exact {:.2}x", te / exact);
         if args.iter().any(|a| a == "--checksum") {
             print_checksums(&em);
         }
@@ -187,14 +151,7 @@ fn main() {
         if me == 0 {
             continue;
         }
-        let shapes = [
-            (me, 2 * i, h),
-            (me, h, i),
-            (me, i, h),
-            (h, i, me),
-            (me, h, 2 * i),
-            (2 * i, h, me),
-        ];
+        let shapes = [(me, 2 * i, h), (me, h, i), (me, i, h), (h, i, me), (me, h, 2 * i), (2 * i, h, me)];
         for (mm, nn, kk) in shapes {
             let a = vec![1.0f64; mm * kk];
             let b = vec![1.0f64; nn * kk];
@@ -222,16 +179,7 @@ fn main() {
     println!("tokens {tokens}  rows {m}  GFLOP {:.1}", flops / 1e9);
     println!("exact forward        {t_fwd:8.2} s");
     println!("exact backward       {t_bwd:8.2} s");
-    println!(
-        "exact fwd+bwd        {exact:8.2} s   ({:.1} GFLOP/s effective)",
-        flops / exact / 1e9
-    );
-    println!(
-        "floor: same shapes   {floor_shapes:8.2} s   ratio {:.2}x",
-        exact / floor_shapes
-    );
-    println!(
-        "floor: square {n}^3 {floor_square:8.2} s   ratio {:.2}x",
-        exact / floor_square
-    );
+    println!("exact fwd+bwd        {exact:8.2} s   ({:.1} GFLOP/s effective)", flops / exact / 1e9);
+    println!("floor: same shapes   {floor_shapes:8.2} s   ratio {:.2}x", exact / floor_shapes);
+    println!("floor: square {n}^3 {floor_square:8.2} s   ratio {:.2}x", exact / floor_square);
 }

@@ -40,10 +40,5 @@ fn main() {
     let d = x.dot(&y.t());
     let tp = t.elapsed().as_secs_f64();
     std::hint::black_box((c, d));
-    println!(
-        "exact {:.4} s  ndarray f64 {:.4} s  ratio {:.1}",
-        te,
-        tp,
-        te / tp
-    );
+    println!("exact {:.4} s  ndarray f64 {:.4} s  ratio {:.1}", te, tp, te / tp);
 }

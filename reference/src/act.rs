@@ -56,11 +56,7 @@ pub fn backward(act: Activation, g: f64, u: f64, da: f64) -> (f64, f64) {
             let s = sigmoid(alpha * gc);
             let glu = gc * s;
             let dglu = s * (1.0 + alpha * gc * (1.0 - s));
-            let dg = if g > limit {
-                0.0
-            } else {
-                da * (uc + 1.0) * dglu
-            };
+            let dg = if g > limit { 0.0 } else { da * (uc + 1.0) * dglu };
             let du = if u.abs() > limit { 0.0 } else { da * glu };
             (dg, du)
         }

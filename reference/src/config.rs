@@ -90,16 +90,10 @@ impl MoeConfig {
             }
         }
         if self.top_k > self.experts {
-            return Err(ConfigError::TopKTooLarge {
-                k: self.top_k,
-                e: self.experts,
-            });
+            return Err(ConfigError::TopKTooLarge { k: self.top_k, e: self.experts });
         }
         if self.experts % self.ep_ranks != 0 {
-            return Err(ConfigError::Ranks {
-                e: self.experts,
-                r: self.ep_ranks,
-            });
+            return Err(ConfigError::Ranks { e: self.experts, r: self.ep_ranks });
         }
         if let Activation::SwigluClamped { alpha, limit } = self.activation {
             if !alpha.is_finite() || !limit.is_finite() || limit < 0.0 {
@@ -110,10 +104,7 @@ impl MoeConfig {
         }
         if let Some(r) = &self.routing {
             if !r.scaling.is_finite() {
-                return Err(ConfigError::Value(format!(
-                    "routing.scaling must be finite (got {})",
-                    r.scaling
-                )));
+                return Err(ConfigError::Value(format!("routing.scaling must be finite (got {})", r.scaling)));
             }
             if let Some(g) = r.groups {
                 if g.n_group == 0 || self.experts % g.n_group != 0 {

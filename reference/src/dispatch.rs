@@ -58,15 +58,7 @@ impl RowMap {
                 slot_row[t * top_k + j] = Some(r);
             }
         }
-        RowMap {
-            tokens,
-            top_k,
-            experts,
-            row_token,
-            row_slot,
-            expert_offsets,
-            slot_row,
-        }
+        RowMap { tokens, top_k, experts, row_token, row_slot, expert_offsets, slot_row }
     }
 
     /// Number of dispatched rows M.
@@ -80,10 +72,7 @@ impl RowMap {
 
     /// The expert-parallel layout for `ranks` ranks.
     pub fn ranks(&self, ranks: usize) -> RankLayout {
-        assert!(
-            ranks >= 1 && self.experts % ranks == 0,
-            "experts must split evenly over ranks"
-        );
+        assert!(ranks >= 1 && self.experts % ranks == 0, "experts must split evenly over ranks");
         let per = self.experts / ranks;
         let ranks = (0..ranks)
             .map(|r| {
@@ -106,9 +95,7 @@ impl RowMap {
 
     /// Per-row combine weight (the token's weight for that slot).
     pub fn row_weights(&self, weights: ArrayView2<f64>) -> Vec<f64> {
-        (0..self.rows())
-            .map(|r| weights[[self.row_token[r], self.row_slot[r]]])
-            .collect()
+        (0..self.rows()).map(|r| weights[[self.row_token[r], self.row_slot[r]]]).collect()
     }
 
     /// `y[t] = Σ_j w[t, j] · rows[row(t, j)]`, each entry one correctly rounded exact sum.
@@ -116,16 +103,13 @@ impl RowMap {
         let h = rows.ncols();
         let k = self.top_k;
         let mut y = crate::bigmem::zeros((self.tokens, h));
-        y.axis_iter_mut(Axis(0))
-            .into_par_iter()
-            .enumerate()
-            .for_each(|(t, mut yt)| {
-                for (c, out) in yt.iter_mut().enumerate() {
-                    *out = small_dot((0..k).filter_map(|j| {
-                        self.slot_row[t * k + j].map(|r| (weights[[t, j]], rows[[r, c]]))
-                    }));
-                }
-            });
+        y.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each(|(t, mut yt)| {
+            for (c, out) in yt.iter_mut().enumerate() {
+                *out = small_dot(
+                    (0..k).filter_map(|j| self.slot_row[t * k + j].map(|r| (weights[[t, j]], rows[[r, c]]))),
+                );
+            }
+        });
         y
     }
 
@@ -133,16 +117,13 @@ impl RowMap {
     /// (one rounded product per element). This is `bwd.do`.
     pub fn dispatch_weighted(&self, dy: ArrayView2<f64>, weights: ArrayView2<f64>) -> Array2<f64> {
         let mut out = crate::bigmem::zeros((self.rows(), dy.ncols()));
-        out.axis_iter_mut(Axis(0))
-            .into_par_iter()
-            .enumerate()
-            .for_each(|(r, mut row)| {
-                let (t, j) = (self.row_token[r], self.row_slot[r]);
-                let w = weights[[t, j]];
-                for (o, &d) in row.iter_mut().zip(dy.row(t).iter()) {
-                    *o = w * d;
-                }
-            });
+        out.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each(|(r, mut row)| {
+            let (t, j) = (self.row_token[r], self.row_slot[r]);
+            let w = weights[[t, j]];
+            for (o, &d) in row.iter_mut().zip(dy.row(t).iter()) {
+                *o = w * d;
+            }
+        });
         out
     }
 
@@ -151,16 +132,13 @@ impl RowMap {
     pub fn slot_dots(&self, a: ArrayView2<f64>, rows: ArrayView2<f64>) -> Array2<f64> {
         let k = self.top_k;
         let mut out = crate::bigmem::zeros((self.tokens, k));
-        out.axis_iter_mut(Axis(0))
-            .into_par_iter()
-            .enumerate()
-            .for_each(|(t, mut o)| {
-                for j in 0..k {
-                    if let Some(r) = self.slot_row[t * k + j] {
-                        o[j] = small_dot(a.row(t).iter().copied().zip(rows.row(r).iter().copied()));
-                    }
+        out.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each(|(t, mut o)| {
+            for j in 0..k {
+                if let Some(r) = self.slot_row[t * k + j] {
+                    o[j] = small_dot(a.row(t).iter().copied().zip(rows.row(r).iter().copied()));
                 }
-            });
+            }
+        });
         out
     }
 }

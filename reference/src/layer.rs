@@ -117,12 +117,7 @@ fn cpu_times() -> (f64, f64, i64) {
 
 /// Run `f(e, rows_of_e)` for every expert, rank by rank, in parallel, each writing its block of rows of
 /// an [M, width] array in expert-major order.
-pub(crate) fn per_expert_rows<F>(
-    rows: &RowMap,
-    ranks: &RankLayout,
-    width: usize,
-    f: F,
-) -> Array2<f64>
+pub(crate) fn per_expert_rows<F>(rows: &RowMap, ranks: &RankLayout, width: usize, f: F) -> Array2<f64>
 where
     F: Fn(usize, ArrayViewMut2<f64>) + Sync,
 {
@@ -144,43 +139,21 @@ where
     F: Fn(usize, ArrayViewMut2<f64>) + Sync,
 {
     let mut out = crate::bigmem::zeros(shape);
-    out.axis_iter_mut(Axis(0))
-        .into_par_iter()
-        .enumerate()
-        .for_each(|(e, g)| f(e, g));
+    out.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each(|(e, g)| f(e, g));
     out
 }
 
 /// The routing of a case: given top-k, or computed by the router (`logits = x·Rᵀ` exact, then [`route`]).
 /// Returns the router's results (when it ran), the logits, the ids and the combine weights.
-pub(crate) fn route_inputs(
-    inp: &LayerInputs,
-    opt: Options,
-) -> (
-    Option<Routed>,
-    Option<Array2<f64>>,
-    Array2<i32>,
-    Array2<f64>,
-) {
+pub(crate) fn route_inputs(inp: &LayerInputs, opt: Options) -> (Option<Routed>, Option<Array2<f64>>, Array2<i32>, Array2<f64>) {
     let cfg = &inp.cfg;
     match (&inp.topk_ids, &inp.topk_weights) {
         (Some(ids), Some(w)) => (None, None, ids.clone(), w.clone()),
         _ => {
-            let r = cfg
-                .routing
-                .as_ref()
-                .expect("validated: routing config present when topk is not given");
-            let rw = inp
-                .router_weight
-                .as_ref()
-                .expect("validated: router.weight present");
+            let r = cfg.routing.as_ref().expect("validated: routing config present when topk is not given");
+            let rw = inp.router_weight.as_ref().expect("validated: router.weight present");
             let logits = gemm::matmul_nt_with(opt.engine, inp.x.view(), rw.view());
-            let routed = route::forward(
-                r,
-                cfg.top_k,
-                logits.view(),
-                inp.router_bias.as_ref().map(|b| b.view()),
-            );
+            let routed = route::forward(r, cfg.top_k, logits.view(), inp.router_bias.as_ref().map(|b| b.view()));
             let (ids, w) = (routed.topk_ids.clone(), routed.topk_weights.clone());
             (Some(routed), Some(logits), ids, w)
         }
@@ -201,46 +174,22 @@ pub fn forward(inp: &LayerInputs, opt: Options) -> Forward {
 
     let h = timed("fwd.h (GEMM1)", || {
         per_expert_rows(&rows, &ranks, 2 * idim, |e, out| {
-            mm(
-                x_rows.slice(s![rows.expert_rows(e), ..]),
-                inp.w13.index_axis(Axis(0), e),
-                out,
-            )
+            mm(x_rows.slice(s![rows.expert_rows(e), ..]), inp.w13.index_axis(Axis(0), e), out)
         })
     });
     let mut a = crate::bigmem::zeros((rows.rows(), idim));
-    a.axis_iter_mut(Axis(0))
-        .into_par_iter()
-        .zip(h.axis_iter(Axis(0)))
-        .for_each(|(mut ar, hr)| {
-            for i in 0..idim {
-                ar[i] = act::forward(cfg.activation, hr[i], hr[idim + i]);
-            }
-        });
+    a.axis_iter_mut(Axis(0)).into_par_iter().zip(h.axis_iter(Axis(0))).for_each(|(mut ar, hr)| {
+        for i in 0..idim {
+            ar[i] = act::forward(cfg.activation, hr[i], hr[idim + i]);
+        }
+    });
     let o = timed("fwd.o (GEMM2)", || {
         per_expert_rows(&rows, &ranks, hdim, |e, out| {
-            mm(
-                a.slice(s![rows.expert_rows(e), ..]),
-                inp.w2.index_axis(Axis(0), e),
-                out,
-            )
+            mm(a.slice(s![rows.expert_rows(e), ..]), inp.w2.index_axis(Axis(0), e), out)
         })
     });
-    let y = timed("y (combine)", || {
-        rows.combine(o.view(), topk_weights.view())
-    });
-    Forward {
-        y,
-        topk_ids,
-        topk_weights,
-        routed,
-        logits,
-        rows,
-        ranks,
-        h,
-        a,
-        o,
-    }
+    let y = timed("y (combine)", || rows.combine(o.view(), topk_weights.view()));
+    Forward { y, topk_ids, topk_weights, routed, logits, rows, ranks, h, a, o }
 }
 
 pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Options) -> Backward {
@@ -258,11 +207,7 @@ pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Opti
     // da = do · w2[e]  (w2[e] is [H, I]; contract over H)
     let da = timed("bwd.da (GEMM2 dgrad)", || {
         per_expert_rows(rows, ranks, idim, |e, out| {
-            mm(
-                do_.slice(s![rows.expert_rows(e), ..]),
-                inp.w2.index_axis(Axis(0), e).t(),
-                out,
-            )
+            mm(do_.slice(s![rows.expert_rows(e), ..]), inp.w2.index_axis(Axis(0), e).t(), out)
         })
     });
     let mut dh = crate::bigmem::zeros((rows.rows(), 2 * idim));
@@ -281,30 +226,20 @@ pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Opti
     let grad_w2 = timed("grad.w2", || {
         per_expert_weights((e_n, hdim, idim), |e, out| {
             let r = rows.expert_rows(e);
-            mm(
-                do_.slice(s![r.clone(), ..]).t(),
-                fwd.a.slice(s![r, ..]).t(),
-                out,
-            )
+            mm(do_.slice(s![r.clone(), ..]).t(), fwd.a.slice(s![r, ..]).t(), out)
         })
     });
     // dx_rows = dh · w13[e]  (w13[e] is [2I, H]; contract over 2I)
     let dx_rows = timed("bwd.dx_rows", || {
         per_expert_rows(rows, ranks, hdim, |e, out| {
-            mm(
-                dh.slice(s![rows.expert_rows(e), ..]),
-                inp.w13.index_axis(Axis(0), e).t(),
-                out,
-            )
+            mm(dh.slice(s![rows.expert_rows(e), ..]), inp.w13.index_axis(Axis(0), e).t(), out)
         })
     });
     // grad.w13[e] = dh_eᵀ · x_rows_e
     let grad_w13 = timed("grad.w13", || {
         per_expert_weights((e_n, 2 * idim, hdim), |e, out| {
             let r = rows.expert_rows(e);
-            let xt = Array2::from_shape_fn((hdim, r.len()), |(c, j)| {
-                inp.x[[rows.row_token[r.start + j], c]]
-            });
+            let xt = Array2::from_shape_fn((hdim, r.len()), |(c, j)| inp.x[[rows.row_token[r.start + j], c]]);
             mm(dh.slice(s![r, ..]).t(), xt.view(), out)
         })
     });
@@ -318,52 +253,28 @@ pub fn backward(inp: &LayerInputs, fwd: &Forward, dy: ArrayView2<f64>, opt: Opti
             }
         }
     };
-    let (grad_x, dlogits, grad_router_weight) =
-        match (&fwd.routed, &cfg.routing, &inp.router_weight) {
-            (Some(routed), Some(rcfg), Some(rw)) => {
-                let logits = fwd
-                    .logits
-                    .as_ref()
-                    .expect("logits kept when the layer routed itself");
-                let dl = route::backward(rcfg, routed, logits.view(), grad_topk_weights.view());
-                let gx = timed("grad.x", || {
-                    gemm::matmul_nt_plus(opt.engine, dl.view(), rw.t(), Some(&undispatch))
-                });
-                let grw = timed("grad.router.weight", || {
-                    gemm::matmul_nt_with(opt.engine, dl.t(), inp.x.t())
-                });
-                (gx, Some(dl), Some(grw))
-            }
-            _ => {
-                let empty = Array2::<f64>::zeros((cfg.tokens, 0));
-                let none = Array2::<f64>::zeros((hdim, 0));
-                let gx =
-                    gemm::matmul_nt_plus(opt.engine, empty.view(), none.view(), Some(&undispatch));
-                (gx, None, None)
-            }
-        };
+    let (grad_x, dlogits, grad_router_weight) = match (&fwd.routed, &cfg.routing, &inp.router_weight) {
+        (Some(routed), Some(rcfg), Some(rw)) => {
+            let logits = fwd.logits.as_ref().expect("logits kept when the layer routed itself");
+            let dl = route::backward(rcfg, routed, logits.view(), grad_topk_weights.view());
+            let gx = timed("grad.x", || gemm::matmul_nt_plus(opt.engine, dl.view(), rw.t(), Some(&undispatch)));
+            let grw = timed("grad.router.weight", || gemm::matmul_nt_with(opt.engine, dl.t(), inp.x.t()));
+            (gx, Some(dl), Some(grw))
+        }
+        _ => {
+            let empty = Array2::<f64>::zeros((cfg.tokens, 0));
+            let none = Array2::<f64>::zeros((hdim, 0));
+            let gx = gemm::matmul_nt_plus(opt.engine, empty.view(), none.view(), Some(&undispatch));
+            (gx, None, None)
+        }
+    };
 
-    Backward {
-        grad_x,
-        grad_w13,
-        grad_w2,
-        grad_topk_weights,
-        grad_router_weight,
-        dlogits,
-        do_,
-        da,
-        dh,
-        dx_rows,
-    }
+    Backward { grad_x, grad_w13, grad_w2, grad_topk_weights, grad_router_weight, dlogits, do_, da, dh, dx_rows }
 }
 
 /// An output or intermediate by its case-format name (`y`, `grad.x`, `fwd.h`, `bwd.dx_rows`, ...), or None
 /// when the run did not produce it.
-pub fn named_tensor<'a>(
-    fwd: &'a Forward,
-    bwd: Option<&'a Backward>,
-    name: &str,
-) -> Option<ndarray::ArrayViewD<'a, f64>> {
+pub fn named_tensor<'a>(fwd: &'a Forward, bwd: Option<&'a Backward>, name: &str) -> Option<ndarray::ArrayViewD<'a, f64>> {
     let f = |a: &'a Array2<f64>| Some(a.view().into_dyn());
     match name {
         "y" => f(&fwd.y),

@@ -63,9 +63,7 @@ impl Storage {
         match self {
             Storage::F64 => x,
             Storage::F32 => x as f32 as f64,
-            Storage::Bf16 => {
-                bf16_of_f32(x).unwrap_or_else(|| quantize(Format::Bf16, x, Overflow::NonSaturating))
-            }
+            Storage::Bf16 => bf16_of_f32(x).unwrap_or_else(|| quantize(Format::Bf16, x, Overflow::NonSaturating)),
             Storage::F16 => quantize(Format::F16, x, Overflow::NonSaturating),
         }
     }
@@ -103,11 +101,7 @@ pub struct OperandQuant {
 
 impl OperandQuant {
     fn new(format: &str, block: &str, scale: &str) -> Self {
-        OperandQuant {
-            format: format.into(),
-            block: block.into(),
-            scale: scale.into(),
-        }
+        OperandQuant { format: format.into(), block: block.into(), scale: scale.into() }
     }
 }
 
@@ -162,9 +156,7 @@ fn bf16_of_f32(x: f64) -> Option<f64> {
         return None;
     }
     let b = f.to_bits();
-    Some(f64::from(f32::from_bits(
-        (b + 0x7fff + ((b >> 16) & 1)) & 0xffff_0000,
-    )))
+    Some(f64::from(f32::from_bits((b + 0x7fff + ((b >> 16) & 1)) & 0xffff_0000)))
 }
 
 impl StorageTable {
@@ -205,32 +197,17 @@ pub struct Recipe {
 }
 
 /// The names `Recipe::named` knows, in the order `--help` lists them.
-pub const NAMED: [&str; 6] = [
-    "fp32",
-    "bf16",
-    "fp8-block",
-    "fp8-block-te",
-    "mxfp8",
-    "fp8-bwd",
-];
+pub const NAMED: [&str; 6] = ["fp32", "bf16", "fp8-block", "fp8-block-te", "mxfp8", "fp8-bwd"];
 
 fn plain(acc: &str) -> GemmRecipe {
-    GemmRecipe {
-        a: None,
-        b: None,
-        accumulate: acc.into(),
-    }
+    GemmRecipe { a: None, b: None, accumulate: acc.into() }
 }
 
 /// FP8 GEMMs with activations in 1xN groups and weights in NxN tiles (N = 128), for one scale rule.
 fn fp8_fwd(rule: &str) -> [GemmRecipe; 2] {
     let act = OperandQuant::new("e4m3", "1x128", rule);
     let wt = OperandQuant::new("e4m3", "128x128", rule);
-    let g = GemmRecipe {
-        a: Some(act),
-        b: Some(wt),
-        accumulate: "hopper-fp8".into(),
-    };
+    let g = GemmRecipe { a: Some(act), b: Some(wt), accumulate: "hopper-fp8".into() };
     [g.clone(), g]
 }
 
@@ -239,16 +216,8 @@ fn fp8_fwd(rule: &str) -> [GemmRecipe; 2] {
 fn fp8_bwd(rule: &str) -> [GemmRecipe; 4] {
     let act = OperandQuant::new("e4m3", "1x128", rule);
     let wt = OperandQuant::new("e4m3", "128x128", rule);
-    let dgrad = GemmRecipe {
-        a: Some(act.clone()),
-        b: Some(wt),
-        accumulate: "hopper-fp8".into(),
-    };
-    let wgrad = GemmRecipe {
-        a: Some(act.clone()),
-        b: Some(act),
-        accumulate: "hopper-fp8".into(),
-    };
+    let dgrad = GemmRecipe { a: Some(act.clone()), b: Some(wt), accumulate: "hopper-fp8".into() };
+    let wgrad = GemmRecipe { a: Some(act.clone()), b: Some(act), accumulate: "hopper-fp8".into() };
     [dgrad.clone(), wgrad.clone(), dgrad, wgrad]
 }
 
@@ -260,52 +229,23 @@ impl Recipe {
             // Plain f32 kernels on CUDA cores: f32 storage, sequential FMA accumulation.
             "fp32" => {
                 let g = plain("f32-fma");
-                (
-                    StorageTable::uniform(Storage::F32, Storage::F32),
-                    [g.clone(), g.clone()],
-                    [g.clone(), g.clone(), g.clone(), g],
-                    "f32-fma",
-                )
+                (StorageTable::uniform(Storage::F32, Storage::F32), [g.clone(), g.clone()], [g.clone(), g.clone(), g.clone(), g], "f32-fma")
             }
             // bf16 storage, bf16 wgmma with f32 accumulation chained through the whole K.
             "bf16" => {
                 let g = plain("hopper");
-                (
-                    bf16_table,
-                    [g.clone(), g.clone()],
-                    [g.clone(), g.clone(), g.clone(), g],
-                    "f32-fma",
-                )
+                (bf16_table, [g.clone(), g.clone()], [g.clone(), g.clone(), g.clone(), g], "f32-fma")
             }
             // DeepSeek-V3 / DeepGEMM: E4M3 everywhere, f32 scales amax/448, promotion every 128.
-            "fp8-block" => (
-                bf16_table,
-                fp8_fwd("deepgemm"),
-                fp8_bwd("deepgemm"),
-                "f32-fma",
-            ),
+            "fp8-block" => (bf16_table, fp8_fwd("deepgemm"), fp8_bwd("deepgemm"), "f32-fma"),
             // TransformerEngine Float8BlockScaling: multiplier 448/amax rounded down to a power of two.
-            "fp8-block-te" => (
-                bf16_table,
-                fp8_fwd("te-pow2"),
-                fp8_bwd("te-pow2"),
-                "f32-fma",
-            ),
+            "fp8-block-te" => (bf16_table, fp8_fwd("te-pow2"), fp8_bwd("te-pow2"), "f32-fma"),
             // OCP MX: E4M3 in 1x32 blocks along K for every operand, UE8M0 scales (FLOOR, the spec's rule),
             // Blackwell block-scaled MMA accumulation.
             "mxfp8" => {
                 let q = OperandQuant::new("e4m3", "1x32", "mx-floor");
-                let g = GemmRecipe {
-                    a: Some(q.clone()),
-                    b: Some(q),
-                    accumulate: "blackwell".into(),
-                };
-                (
-                    bf16_table,
-                    [g.clone(), g.clone()],
-                    [g.clone(), g.clone(), g.clone(), g],
-                    "f32-fma",
-                )
+                let g = GemmRecipe { a: Some(q.clone()), b: Some(q), accumulate: "blackwell".into() };
+                (bf16_table, [g.clone(), g.clone()], [g.clone(), g.clone(), g.clone(), g], "f32-fma")
             }
             // bf16 forward, blockwise FP8 (DeepGEMM rules) backward.
             "fp8-bwd" => {
@@ -344,14 +284,7 @@ impl Recipe {
 
     /// The same recipe with every GEMM's accumulation model replaced (`--accumulate`).
     pub fn with_accumulate(mut self, model: &str) -> Recipe {
-        for g in [
-            &mut self.gemm1,
-            &mut self.gemm2,
-            &mut self.dgrad2,
-            &mut self.wgrad2,
-            &mut self.dgrad1,
-            &mut self.wgrad1,
-        ] {
+        for g in [&mut self.gemm1, &mut self.gemm2, &mut self.dgrad2, &mut self.wgrad2, &mut self.dgrad1, &mut self.wgrad1] {
             g.accumulate = model.into();
         }
         self
@@ -379,42 +312,17 @@ mod tests {
         use crate::formats::{quantize, Format, Overflow};
         let mut g = crate::test_rng::XorShift(0x9E3779B97F4A7C15);
         let mut bits = || g.next_u64() as u32;
-        let edges = [
-            0u32,
-            0x8000_0000,
-            1,
-            0x8000,
-            0x8001,
-            0x7fff,
-            0x1_8000,
-            0x7f7f_ffff,
-            0xff7f_ffff,
-            0x7f7f_8000,
-            0x7f7f_7fff,
-            0x007f_ffff,
-            0x0080_0000,
-        ];
+        let edges = [0u32, 0x8000_0000, 1, 0x8000, 0x8001, 0x7fff, 0x1_8000, 0x7f7f_ffff, 0xff7f_ffff, 0x7f7f_8000, 0x7f7f_7fff, 0x007f_ffff, 0x0080_0000];
         let all = edges.iter().copied().chain((0..1_000_000).map(|_| bits()));
         for b in all {
             let v = f64::from(f32::from_bits(b));
             let general = quantize(Format::Bf16, v, Overflow::NonSaturating);
             let fast = Storage::Bf16.round(v);
-            assert!(
-                general.to_bits() == fast.to_bits() || (general.is_nan() && fast.is_nan()),
-                "{b:#x}: {general} vs {fast}"
-            );
+            assert!(general.to_bits() == fast.to_bits() || (general.is_nan() && fast.is_nan()), "{b:#x}: {general} vs {fast}");
         }
         // Values that are no f32 take the general cast.
-        for v in [
-            1.0 + 2f64.powi(-30),
-            3.0e38 * 1.5,
-            f64::MIN_POSITIVE,
-            -1e-300,
-        ] {
-            assert_eq!(
-                Storage::Bf16.round(v).to_bits(),
-                quantize(Format::Bf16, v, Overflow::NonSaturating).to_bits()
-            );
+        for v in [1.0 + 2f64.powi(-30), 3.0e38 * 1.5, f64::MIN_POSITIVE, -1e-300] {
+            assert_eq!(Storage::Bf16.round(v).to_bits(), quantize(Format::Bf16, v, Overflow::NonSaturating).to_bits());
         }
     }
 

@@ -48,12 +48,7 @@ fn top_k_indices(values: &[f64], eligible: &[bool], k: usize) -> Vec<usize> {
 }
 
 /// Route every token: `logits` [T, E], optional selection `bias` [E].
-pub fn forward(
-    cfg: &Routing,
-    k: usize,
-    logits: ArrayView2<f64>,
-    bias: Option<ArrayView1<f64>>,
-) -> Routed {
+pub fn forward(cfg: &Routing, k: usize, logits: ArrayView2<f64>, bias: Option<ArrayView1<f64>>) -> Routed {
     let (t, e) = logits.dim();
     let mut scores = Array2::zeros((t, e));
     let mut topk_ids = Array2::from_elem((t, k), -1i32);
@@ -81,11 +76,7 @@ pub fn forward(
         }
         let ids = top_k_indices(&sel, &eligible, k);
         let chosen: Vec<f64> = ids.iter().map(|&i| s[i]).collect();
-        let denom = if cfg.normalize_topk {
-            exact::sum(chosen.iter().copied())
-        } else {
-            1.0
-        };
+        let denom = if cfg.normalize_topk { exact::sum(chosen.iter().copied()) } else { 1.0 };
         for (j, (&id, &v)) in ids.iter().zip(chosen.iter()).enumerate() {
             topk_ids[[tok, j]] = id as i32;
             let w = if cfg.normalize_topk { v / denom } else { v };
@@ -93,11 +84,7 @@ pub fn forward(
         }
         scores.row_mut(tok).assign(&Array1::from(s));
     }
-    Routed {
-        scores,
-        topk_ids,
-        topk_weights,
-    }
+    Routed { scores, topk_ids, topk_weights }
 }
 
 /// Gradient at the logits [T, E] from the gradient at the combine weights [T, k].
@@ -108,27 +95,15 @@ pub fn forward(
 /// - softmax: `ds_e − Σ_f p_f·ds_f = Σ_{f chosen} p_f·(ds_e − ds_f) + ds_e·Σ_{f not chosen} p_f` (equal because
 ///   the probabilities sum to one), the unchosen mass summed exactly rather than formed as `1 − Σ chosen`;
 /// - renormalisation likewise: `dq_i − Σ_j dq_j·q_j = Σ_j q_j·(dq_i − dq_j)`.
-pub fn backward(
-    cfg: &Routing,
-    routed: &Routed,
-    logits: ArrayView2<f64>,
-    grad_weights: ArrayView2<f64>,
-) -> Array2<f64> {
+pub fn backward(cfg: &Routing, routed: &Routed, logits: ArrayView2<f64>, grad_weights: ArrayView2<f64>) -> Array2<f64> {
     let (t, e) = routed.scores.dim();
     let k = routed.topk_ids.ncols();
     let mut dlogits = Array2::zeros((t, e));
     for tok in 0..t {
         let s = routed.scores.row(tok);
-        let ids: Vec<usize> = routed
-            .topk_ids
-            .row(tok)
-            .iter()
-            .map(|&i| i as usize)
-            .collect();
+        let ids: Vec<usize> = routed.topk_ids.row(tok).iter().map(|&i| i as usize).collect();
         // w_j = scaling * q_j, q_j = v_j / S (normalised) or v_j, v_j = s[ids_j].
-        let dq: Vec<f64> = (0..k)
-            .map(|j| cfg.scaling * grad_weights[[tok, j]])
-            .collect();
+        let dq: Vec<f64> = (0..k).map(|j| cfg.scaling * grad_weights[[tok, j]]).collect();
         let v: Vec<f64> = ids.iter().map(|&i| s[i]).collect();
         let dv: Vec<f64> = if cfg.normalize_topk {
             let total = exact::sum(v.iter().copied());
@@ -160,10 +135,7 @@ pub fn backward(
                 }
                 for (j, &i) in ids.iter().enumerate() {
                     let centred = exact::dot(
-                        ids.iter()
-                            .zip(dv.iter())
-                            .map(|(&f, &d)| (s[f], dv[j] - d))
-                            .chain(std::iter::once((dv[j], unchosen_mass))),
+                        ids.iter().zip(dv.iter()).map(|(&f, &d)| (s[f], dv[j] - d)).chain(std::iter::once((dv[j], unchosen_mass))),
                     );
                     row[i] = s[i] * centred;
                 }

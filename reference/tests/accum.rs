@@ -134,20 +134,10 @@ fn fp8_promotion_with_scales_is_one_fma() {
     let bv = Array2::from_shape_vec((1, 256), b.clone()).unwrap();
     let sav = Array2::from_shape_vec((1, 2), sa.to_vec()).unwrap();
     let sbv = Array2::from_shape_vec((1, 2), sb.to_vec()).unwrap();
-    let g = gemm_nt(
-        &FP8,
-        av.view(),
-        bv.view(),
-        Some((sav.view(), sbv.view(), 128)),
-    );
+    let g = gemm_nt(&FP8, av.view(), bv.view(), Some((sav.view(), sbv.view(), 128)));
     assert_eq!(g[[0, 0]], p2(-24));
     // The same promotion under the IEEE models (each block an f32 chain from zero).
-    let g = gemm_nt(
-        &Model::F32Fma,
-        av.view(),
-        bv.view(),
-        Some((sav.view(), sbv.view(), 128)),
-    );
+    let g = gemm_nt(&Model::F32Fma, av.view(), bv.view(), Some((sav.view(), sbv.view(), 128)));
     assert_eq!(g[[0, 0]], p2(-24));
 }
 
@@ -156,24 +146,15 @@ fn short_last_instruction_is_zero_padded() {
     // K = 20 = one full instruction and 4 products: the same as K = 32 with 12 zeros appended.
     let mut g = 1u64;
     let mut next = || {
-        g = g
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        quantize(
-            Format::Bf16,
-            ((g >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0,
-            Overflow::Saturate,
-        )
+        g = g.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        quantize(Format::Bf16, ((g >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0, Overflow::Saturate)
     };
     let a: Vec<f64> = (0..20).map(|_| next()).collect();
     let b: Vec<f64> = (0..20).map(|_| next()).collect();
     let (mut a2, mut b2) = (a.clone(), b.clone());
     a2.resize(32, 0.0);
     b2.resize(32, 0.0);
-    assert_eq!(
-        both(&BF16, &a, &b).to_bits(),
-        both(&BF16, &a2, &b2).to_bits()
-    );
+    assert_eq!(both(&BF16, &a, &b).to_bits(), both(&BF16, &a2, &b2).to_bits());
 }
 
 #[test]
@@ -194,10 +175,7 @@ fn zeros_and_specials() {
     assert_eq!(both(&BF16, &[], &[]), 0.0);
     assert_eq!(both(&BF16, &[0.0; 5], &[1.0; 5]), 0.0);
     assert!(both(&BF16, &[f64::INFINITY, 1.0], &[0.0, 1.0]).is_nan());
-    assert_eq!(
-        both(&BF16, &[f64::INFINITY, 1.0], &[1.0, 1.0]),
-        f64::INFINITY
-    );
+    assert_eq!(both(&BF16, &[f64::INFINITY, 1.0], &[1.0, 1.0]), f64::INFINITY);
     assert!(both(&BF16, &[f64::INFINITY, f64::NEG_INFINITY], &[1.0, 1.0]).is_nan());
 }
 
@@ -210,10 +188,7 @@ fn exact_model_rounds_once() {
     assert_eq!(dot(&Model::Exact, &a, &b, None), 1.0 + p2(-23));
     let av = Array2::from_shape_vec((1, 3), a.to_vec()).unwrap();
     let bv = Array2::from_shape_vec((1, 3), b.to_vec()).unwrap();
-    assert_eq!(
-        gemm_nt(&Model::Exact, av.view(), bv.view(), None)[[0, 0]],
-        1.0 + p2(-23)
-    );
+    assert_eq!(gemm_nt(&Model::Exact, av.view(), bv.view(), None)[[0, 0]], 1.0 + p2(-23));
     // Exactly on the midpoint: ties to even.
     assert_eq!(dot(&Model::Exact, &a[..2], &b[..2], None), 1.0);
 }
@@ -229,33 +204,17 @@ fn f32_sequential_and_fma_differ_as_defined() {
     assert_eq!(dot(&Model::F32Fma, &a, &b, None), p2(-24));
     let av = Array2::from_shape_vec((1, 2), a.to_vec()).unwrap();
     let bv = Array2::from_shape_vec((1, 2), b.to_vec()).unwrap();
-    assert_eq!(
-        gemm_nt(&Model::F32Sequential, av.view(), bv.view(), None)[[0, 0]],
-        0.0
-    );
-    assert_eq!(
-        gemm_nt(&Model::F32Fma, av.view(), bv.view(), None)[[0, 0]],
-        p2(-24)
-    );
+    assert_eq!(gemm_nt(&Model::F32Sequential, av.view(), bv.view(), None)[[0, 0]], 0.0);
+    assert_eq!(gemm_nt(&Model::F32Fma, av.view(), bv.view(), None)[[0, 0]], p2(-24));
 }
 
 #[test]
 fn names_round_trip() {
-    for n in [
-        "exact",
-        "f32",
-        "f32-fma",
-        "hopper",
-        "hopper-fp8",
-        "hopper-fp8-fast",
-    ] {
+    for n in ["exact", "f32", "f32-fma", "hopper", "hopper-fp8", "hopper-fp8-fast"] {
         assert_eq!(Model::parse(n).unwrap().name(), n);
     }
     assert!(Model::parse("hopper-fp4").is_err());
-    let custom = Model::TensorCore(TensorCore {
-        k_inst: 8,
-        ..TensorCore::HOPPER_BF16
-    });
+    let custom = Model::TensorCore(TensorCore { k_inst: 8, ..TensorCore::HOPPER_BF16 });
     assert!(custom.name().contains("k_inst=8"));
 }
 
@@ -264,15 +223,7 @@ fn names_round_trip() {
 // ------------------------------------------------------------------------------------------------
 
 /// A matrix of values of `fmt`: random significands, exponents in `lo..=hi`, a share of zeros.
-fn matrix(
-    seed: u64,
-    rows: usize,
-    k: usize,
-    fmt: Format,
-    lo: i32,
-    hi: i32,
-    zeros: u32,
-) -> Array2<f64> {
+fn matrix(seed: u64, rows: usize, k: usize, fmt: Format, lo: i32, hi: i32, zeros: u32) -> Array2<f64> {
     let mut s = seed | 1;
     let mut next = move || {
         s ^= s >> 12;
@@ -294,28 +245,14 @@ fn matrix(
 
 /// The fast GEMM (both builds, with and without the instruction magnitudes of `gemm_nt_mag_into`)
 /// against the definition, entry by entry and bit for bit.
-fn check_against_definition(
-    model: &Model,
-    a: &Array2<f64>,
-    b: &Array2<f64>,
-    scales: Option<(&Array2<f64>, &Array2<f64>, usize)>,
-) {
-    let Model::TensorCore(t) = model else {
-        unreachable!()
-    };
+fn check_against_definition(model: &Model, a: &Array2<f64>, b: &Array2<f64>, scales: Option<(&Array2<f64>, &Array2<f64>, usize)>) {
+    let Model::TensorCore(t) = model else { unreachable!() };
     let sv = scales.map(|(x, y, kb)| (x.view(), y.view(), kb));
     let fast = gemm_nt(model, a.view(), b.view(), sv);
     // The kernel's build for CPUs without AVX-512, which this machine would otherwise not run.
     let portable = tensor_core::gemm_nt_portable(t, a.view(), b.view(), sv);
     let (mut fast_m, mut fast_mag) = (Array2::zeros(fast.dim()), Array2::<f64>::zeros(fast.dim()));
-    gemm_nt_mag_into(
-        t,
-        a.view(),
-        b.view(),
-        sv,
-        fast_m.view_mut(),
-        fast_mag.view_mut(),
-    );
+    gemm_nt_mag_into(t, a.view(), b.view(), sv, fast_m.view_mut(), fast_mag.view_mut());
     let (portable_m, portable_mag) = tensor_core::gemm_nt_mag_portable(t, a.view(), b.view(), sv);
     let same = |x: f64, y: f64| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan());
     for i in 0..a.nrows() {
@@ -324,29 +261,12 @@ fn check_against_definition(
             let br = b.row(j).to_vec();
             let (want, want_mag) = match scales {
                 None => slow::dot_magnitudes(t, &ar, &br, None),
-                Some((sa, sb, kb)) => slow::dot_magnitudes(
-                    t,
-                    &ar,
-                    &br,
-                    Some((&sa.row(i).to_vec(), &sb.row(j).to_vec(), kb)),
-                ),
+                Some((sa, sb, kb)) => slow::dot_magnitudes(t, &ar, &br, Some((&sa.row(i).to_vec(), &sb.row(j).to_vec(), kb))),
             };
-            for (what, got, mag) in [
-                ("fast", fast[[i, j]], None),
-                ("portable", portable[[i, j]], None),
-                ("fast+mag", fast_m[[i, j]], Some(fast_mag[[i, j]])),
-                (
-                    "portable+mag",
-                    portable_m[[i, j]],
-                    Some(portable_mag[[i, j]]),
-                ),
-            ] {
+            for (what, got, mag) in [("fast", fast[[i, j]], None), ("portable", portable[[i, j]], None), ("fast+mag", fast_m[[i, j]], Some(fast_mag[[i, j]])), ("portable+mag", portable_m[[i, j]], Some(portable_mag[[i, j]]))] {
                 assert!(same(want, got), "({i},{j}): {what} {got:e} slow {want:e}");
                 if let Some(mag) = mag {
-                    assert!(
-                        same(want_mag, mag),
-                        "({i},{j}): {what} magnitudes {mag:e} slow {want_mag:e}"
-                    );
+                    assert!(same(want_mag, mag), "({i},{j}): {what} magnitudes {mag:e} slow {want_mag:e}");
                 }
             }
         }
@@ -420,17 +340,13 @@ proptest! {
 #[test]
 fn off_grid_operands_take_the_slow_path_and_agree() {
     // f32 values (24-bit significands) under the bf16 model: not bf16 values, summed by the definition.
-    let a = Array2::from_shape_fn((2, 40), |(i, k)| {
-        (1.0 + (i * 40 + k) as f64 * 1e-3) as f32 as f64
-    });
-    let b = Array2::from_shape_fn((3, 40), |(j, k)| {
-        (0.5 - (j + k) as f64 * 7e-3) as f32 as f64
-    });
+    let a = Array2::from_shape_fn((2, 40), |(i, k)| (1.0 + (i * 40 + k) as f64 * 1e-3) as f32 as f64);
+    let b = Array2::from_shape_fn((3, 40), |(j, k)| (0.5 - (j + k) as f64 * 7e-3) as f32 as f64);
     check_against_definition(&BF16, &a, &b, None);
 }
 
 /// tcgen05's instruction (32 E4M3 products of 25 bits) runs on the integer lanes: before its products were
-/// summed in i32 halves it fell back to the big-integer definition (an MXFP8 emulation took hours). 32
+/// summed in i32 partial sums it fell back to the big-integer definition (an MXFP8 emulation took hours). 32
 /// products of 240·240 (significands 15·15, equal exponents) sum to 32·225·2^19 ≈ 3.8e9 units, past i32: the
 /// fast result must still be the definition's.
 #[test]

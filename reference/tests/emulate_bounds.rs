@@ -22,41 +22,23 @@ fn scaled(mut inp: LayerInputs, sx: i32, sw: i32) -> LayerInputs {
 /// accumulated exactly, then rounded to f32, instead of the recipe's order and truncations) is checked the
 /// way `moe-oracle check` does: within min(a-priori bound, |emulated − exact| + deviation bound). Returns
 /// the per-tensor statistics of the emulation under its a-priori bound and of that check.
-fn check_sound(
-    inp: &LayerInputs,
-    recipe: &Recipe,
-) -> Vec<(emulate::tightness::Tightness, emulate::tightness::Tightness)> {
+fn check_sound(inp: &LayerInputs, recipe: &Recipe) -> Vec<(emulate::tightness::Tightness, emulate::tightness::Tightness)> {
     let (fwd, bwd) = common::run_default(inp);
-    if fwd
-        .y
-        .iter()
-        .chain(bwd.grad_x.iter())
-        .any(|v| !v.is_finite())
-    {
+    if fwd.y.iter().chain(bwd.grad_x.iter()).any(|v| !v.is_finite()) {
         // Degenerate routing (e.g. sigmoid scores that all underflow to 0, normalised: 0/0): the exact
         // result itself is undefined, so there is nothing to bound.
         return Vec::new();
     }
     let em = emulate::run(inp, recipe, Options::default()).expect("named recipes run");
-    let other = emulate::run(
-        inp,
-        &recipe.clone().with_accumulate("exact"),
-        Options::default(),
-    )
-    .expect("runs");
+    let other = emulate::run(inp, &recipe.clone().with_accumulate("exact"), Options::default()).expect("runs");
     let mut stats = Vec::new();
     for (name, bound) in &em.bounds {
-        let got = named_tensor(&em.fwd, em.bwd.as_ref(), name)
-            .unwrap_or_else(|| panic!("{name} not emulated"));
-        let exact = named_tensor(&fwd, Some(&bwd), name)
-            .unwrap_or_else(|| panic!("{name} not in the oracle"));
+        let got = named_tensor(&em.fwd, em.bwd.as_ref(), name).unwrap_or_else(|| panic!("{name} not emulated"));
+        let exact = named_tensor(&fwd, Some(&bwd), name).unwrap_or_else(|| panic!("{name} not in the oracle"));
         let cand = named_tensor(&other.fwd, other.bwd.as_ref(), name).unwrap();
         let check = em.check_bound(name, exact.view()).unwrap();
         let bound = bound.mapv(f64::from);
-        for (what, got, bound) in [
-            ("a-priori", got.view(), bound.view()),
-            ("check", cand.view(), check.view()),
-        ] {
+        for (what, got, bound) in [("a-priori", got.view(), bound.view()), ("check", cand.view(), check.view())] {
             let t = tightness(name, got.view(), exact.view(), bound.view());
             if t.violations > 0 {
                 let i = t.worst.unwrap();
@@ -72,10 +54,7 @@ fn check_sound(
                 );
             }
         }
-        stats.push((
-            tightness(name, got.view(), exact.view(), bound.view()),
-            tightness(name, cand.view(), exact.view(), check.view()),
-        ));
+        stats.push((tightness(name, got.view(), exact.view(), bound.view()), tightness(name, cand.view(), exact.view(), check.view())));
     }
     stats
 }
@@ -109,12 +88,7 @@ proptest! {
 /// Boundary shapes: block edges (127/128/129 rows on one expert, K = 128·n ± 1), an empty expert, k = E.
 #[test]
 fn block_edges_and_empty_experts_stay_within_bounds() {
-    for (t, h, i, e, k) in [
-        (129, 129, 127, 3, 1),
-        (128, 256, 64, 2, 2),
-        (127, 128, 129, 4, 4),
-        (1, 1, 1, 1, 1),
-    ] {
+    for (t, h, i, e, k) in [(129, 129, 127, 3, 1), (128, 256, 64, 2, 2), (127, 128, 129, 4, 4), (1, 1, 1, 1, 1)] {
         for name in NAMED {
             let spec = Spec::from_tuple((t, h, i, e, k, 0, 0, 7), Kind::Bf16);
             check_sound(&build(&spec), &Recipe::named(name).unwrap());
@@ -156,19 +130,11 @@ fn same_schedule_deviation_covers_a_changed_truncation() {
     use moe_reference::recipe::Storage;
     use ndarray::Array2;
     let recipe = Recipe::named("fp8-block").unwrap();
-    let plan = GemmPlan {
-        same_schedule: true,
-        ..GemmPlan::parse("gemm1", &recipe.gemm1).unwrap()
-    };
+    let plan = GemmPlan { same_schedule: true, ..GemmPlan::parse("gemm1", &recipe.gemm1).unwrap() };
     let k = 128;
     let operands = |small: f64| {
         let (mut a, mut b) = (Array2::<f64>::zeros((1, k)), Array2::<f64>::zeros((1, k)));
-        for (j, x, w) in [
-            (0, 16.0, 16.0),
-            (1, small, 1.0),
-            (40, 448.0, 0.0),
-            (72, 0.0, 448.0),
-        ] {
+        for (j, x, w) in [(0, 16.0, 16.0), (1, small, 1.0), (40, 448.0, 0.0), (72, 0.0, 448.0)] {
             a[[0, j]] = x; // block maxima 448: scale 1, codes = values
             b[[0, j]] = w;
         }
@@ -178,41 +144,11 @@ fn same_schedule_deviation_covers_a_changed_truncation() {
     let mut ad = Array2::<f64>::zeros((1, k));
     ad[[0, 1]] = 0.0625 - 0.05859375; // the kernel's operand may differ from the emulator's by this much
     let (za, zb) = (Array2::<f64>::zeros((1, k)), Array2::<f64>::zeros((1, k)));
-    let em = gemm_stage_with(
-        &plan,
-        a.view(),
-        za.view(),
-        Some(ad.view()),
-        b.view(),
-        zb.view(),
-        Some(zb.view()),
-        Storage::F32,
-    );
-    let kernel = gemm_stage_with(
-        &plan,
-        a2.view(),
-        za.view(),
-        None,
-        b.view(),
-        zb.view(),
-        None,
-        Storage::F32,
-    );
-    let (v, v2, dev) = (
-        em.out.v[[0, 0]],
-        kernel.out.v[[0, 0]],
-        em.dev.expect("deviations asked for")[[0, 0]],
-    );
-    assert_eq!(
-        (v, v2),
-        (256.03125, 256.0625),
-        "the model truncates the small term to 1 and 2 units of 1/32"
-    );
-    assert!(
-        (v2 - v).abs() <= dev,
-        "deviation bound {dev:e} below the same-schedule kernel's {:e}",
-        (v2 - v).abs()
-    );
+    let em = gemm_stage_with(&plan, a.view(), za.view(), Some(ad.view()), b.view(), zb.view(), Some(zb.view()), Storage::F32);
+    let kernel = gemm_stage_with(&plan, a2.view(), za.view(), None, b.view(), zb.view(), None, Storage::F32);
+    let (v, v2, dev) = (em.out.v[[0, 0]], kernel.out.v[[0, 0]], em.dev.expect("deviations asked for")[[0, 0]]);
+    assert_eq!((v, v2), (256.03125, 256.0625), "the model truncates the small term to 1 and 2 units of 1/32");
+    assert!((v2 - v).abs() <= dev, "deviation bound {dev:e} below the same-schedule kernel's {:e}", (v2 - v).abs());
 }
 
 #[test]
@@ -222,8 +158,7 @@ fn fp8_truncation_through_the_stage() {
     use ndarray::Array2;
     let recipe = Recipe::named("fp8-block").unwrap();
     let plan = GemmPlan::parse("gemm1", &recipe.gemm1).unwrap();
-    let exact_plan =
-        GemmPlan::parse("gemm1", &recipe.clone().with_accumulate("exact").gemm1).unwrap();
+    let exact_plan = GemmPlan::parse("gemm1", &recipe.clone().with_accumulate("exact").gemm1).unwrap();
     let (m, n, k) = (2, 3, 256);
     let (mut a, mut b) = (Array2::<f64>::zeros((m, k)), Array2::<f64>::zeros((n, k)));
     for o in [0, 128] {
@@ -240,18 +175,7 @@ fn fp8_truncation_through_the_stage() {
         }
     }
     let (za, zb) = (Array2::<f64>::zeros((m, k)), Array2::<f64>::zeros((n, k)));
-    let stage = |p: &GemmPlan| {
-        gemm_stage_with(
-            p,
-            a.view(),
-            za.view(),
-            Some(za.view()),
-            b.view(),
-            zb.view(),
-            Some(zb.view()),
-            Storage::F32,
-        )
-    };
+    let stage = |p: &GemmPlan| gemm_stage_with(p, a.view(), za.view(), Some(za.view()), b.view(), zb.view(), Some(zb.view()), Storage::F32);
     let (em, other) = (stage(&plan), stage(&exact_plan));
     let dev = em.dev.expect("deviations asked for");
     let exact = 2.0 * (16.0 * 65536.0 + 94.0 * 126.0);
@@ -259,16 +183,10 @@ fn fp8_truncation_through_the_stage() {
         assert_eq!(v, 2.0 * 1048576.0, "the model drops every small product");
         assert_eq!(other.out.v[[i, j]], exact, "the exact kernel");
         let (err, bound) = ((v - exact).abs(), em.out.b[[i, j]]);
-        assert!(
-            err <= bound,
-            "({i},{j}): a-priori bound {bound:e} below the error {err:e}"
-        );
+        assert!(err <= bound, "({i},{j}): a-priori bound {bound:e} below the error {err:e}");
         let (d, dv) = ((v - other.out.v[[i, j]]).abs(), dev[[i, j]]);
         eprintln!("({i},{j}): |emulated - exact kernel| {d:e}, deviation bound {dv:e} (ratio {:.3}), a-priori {bound:e}", d / dv);
         assert!(d <= dv, "({i},{j}): deviation bound {dv:e} below {d:e}");
-        assert!(
-            d >= 0.3 * dv,
-            "({i},{j}): deviation bound {dv:e} loose for {d:e}"
-        );
+        assert!(d >= 0.3 * dv, "({i},{j}): deviation bound {dv:e} loose for {d:e}");
     }
 }

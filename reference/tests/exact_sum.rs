@@ -50,9 +50,7 @@ fn is_correctly_rounded(exact: &BigRational, r: f64) -> bool {
 /// f64 values of every kind: any finite bit pattern, bf16-like values, small integers, subnormals.
 fn any_f64() -> impl Strategy<Value = f64> {
     prop_oneof![
-        any::<u64>()
-            .prop_map(f64::from_bits)
-            .prop_filter("finite", |x| x.is_finite()),
+        any::<u64>().prop_map(f64::from_bits).prop_filter("finite", |x| x.is_finite()),
         (any::<u16>(), -40i32..40).prop_map(|(m, e)| (m as i16 as f64) * 2f64.powi(e)),
         (-1000i64..1000).prop_map(|v| v as f64),
         any::<u64>().prop_map(|b| f64::from_bits(b & 0x800f_ffff_ffff_ffff)),
@@ -121,7 +119,7 @@ fn hard_cases() {
     // Catastrophic cancellation, ties, subnormal results, carries across many limbs, overflow.
     let cases: Vec<Vec<f64>> = vec![
         vec![1e300, 1.0, -1e300],
-        vec![1.0, 2f64.powi(-53)], // exact tie: rounds to even (1.0)
+        vec![1.0, 2f64.powi(-53)],                   // exact tie: rounds to even (1.0)
         vec![1.0, 2f64.powi(-53), 2f64.powi(-1074)], // just above the tie: rounds up
         vec![-1.0, -2f64.powi(-53)],
         vec![1.0 + 2f64.powi(-52), 2f64.powi(-53)], // tie, odd: rounds up
@@ -185,13 +183,6 @@ fn huge_terms_spill_and_stay_exact() {
         small.add(x);
         truth += rat(x);
     }
-    assert!(
-        is_correctly_rounded(&truth, small.round()),
-        "{:e}",
-        small.round()
-    );
-    assert_eq!(
-        small.round().to_bits(),
-        exact::sum(xs.iter().copied()).to_bits()
-    );
+    assert!(is_correctly_rounded(&truth, small.round()), "{:e}", small.round());
+    assert_eq!(small.round().to_bits(), exact::sum(xs.iter().copied()).to_bits());
 }

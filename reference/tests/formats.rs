@@ -23,12 +23,8 @@ use rayon::prelude::*;
 
 const NON_SAT: Overflow = Overflow::NonSaturating;
 const SAT: Overflow = Overflow::Saturate;
-const ROUNDINGS: [Rounding; 4] = [
-    Rounding::NearestEven,
-    Rounding::TowardZero,
-    Rounding::TowardPositive,
-    Rounding::TowardNegative,
-];
+const ROUNDINGS: [Rounding; 4] =
+    [Rounding::NearestEven, Rounding::TowardZero, Rounding::TowardPositive, Rounding::TowardNegative];
 
 // ---------------------------------------------------------------------------------------------------------
 // The independent implementation
@@ -93,10 +89,7 @@ impl Table {
             Kind::FiniteNan => c != n_mag - 1,
             Kind::Finite => true,
         };
-        let mut pairs: Vec<(f64, u16)> = (0..n_mag)
-            .filter(|&c| finite(c))
-            .map(|c| (value(c), c as u16))
-            .collect();
+        let mut pairs: Vec<(f64, u16)> = (0..n_mag).filter(|&c| finite(c)).map(|c| (value(c), c as u16)).collect();
         pairs.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
         for w in pairs.windows(2) {
             assert!(w[0].0 < w[1].0, "{fmt}: values not distinct");
@@ -107,10 +100,7 @@ impl Table {
         // The code after the largest, read with the same formula (the exponent range unbounded).
         let beyond = value(last + 1);
         let (nan, inf) = match kind {
-            Kind::Ieee => (
-                (((1 << e) - 1) << m | 1 << (m - 1)) as u16,
-                (((1 << e) - 1) << m) as u16,
-            ),
+            Kind::Ieee => ((((1 << e) - 1) << m | 1 << (m - 1)) as u16, (((1 << e) - 1) << m) as u16),
             Kind::FiniteNan => ((n_mag - 1) as u16, 0),
             Kind::Finite => (0, 0),
         };
@@ -159,32 +149,21 @@ impl Table {
         let s = if neg { self.sign_bit } else { 0 };
         let sg = |v: f64| if neg { -v } else { v };
         match (ov, self.kind) {
-            (Overflow::Saturate, _) | (_, Kind::Finite) => {
-                (*self.codes.last().unwrap() | s, sg(self.max()))
-            }
+            (Overflow::Saturate, _) | (_, Kind::Finite) => (*self.codes.last().unwrap() | s, sg(self.max())),
             (Overflow::NonSaturating, Kind::Ieee) => (self.inf | s, sg(f64::INFINITY)),
             (Overflow::NonSaturating, Kind::FiniteNan) => (self.nan | s, sg(f64::NAN)),
         }
     }
 
     /// The cast of `x` by search: (code, value).
-    fn cast(
-        &self,
-        x: f64,
-        rounding: Rounding,
-        ov: Overflow,
-        hint: &mut Option<usize>,
-    ) -> (u16, f64) {
+    fn cast(&self, x: f64, rounding: Rounding, ov: Overflow, hint: &mut Option<usize>) -> (u16, f64) {
         let neg = x.is_sign_negative();
         let s = if neg { self.sign_bit } else { 0 };
         let sg = |v: f64| if neg { -v } else { v };
         if x.is_nan() {
             return match self.kind {
                 // ml_dtypes: a NaN becomes a zero of the opposite sign.
-                Kind::Finite => (
-                    if neg { 0 } else { self.sign_bit },
-                    if neg { 0.0 } else { -0.0 },
-                ),
+                Kind::Finite => (if neg { 0 } else { self.sign_bit }, if neg { 0.0 } else { -0.0 }),
                 _ if !self.signed => (self.nan, f64::NAN),
                 _ => (self.nan | s, sg(f64::NAN)),
             };
@@ -228,11 +207,8 @@ impl Table {
             return pick(i);
         }
         let top = i + 1 == self.vals.len();
-        let (hi, hi_even) = if top {
-            (self.beyond, self.beyond_even)
-        } else {
-            (self.vals[i + 1], self.codes[i + 1] % 2 == 0)
-        };
+        let (hi, hi_even) =
+            if top { (self.beyond, self.beyond_even) } else { (self.vals[i + 1], self.codes[i + 1] % 2 == 0) };
         let go_up = match dir {
             -1 => false,
             1 => true,
@@ -269,10 +245,7 @@ impl Table {
 /// The configurations swept: nearest in both overflow modes, and UE8M0's PTX roundings (the default,
 /// nearest and non-saturating, first).
 fn configs(fmt: Format) -> Vec<(Rounding, Overflow)> {
-    let mut c = vec![
-        (Rounding::NearestEven, NON_SAT),
-        (Rounding::NearestEven, SAT),
-    ];
+    let mut c = vec![(Rounding::NearestEven, NON_SAT), (Rounding::NearestEven, SAT)];
     if fmt == Format::E8M0 {
         c.extend([
             (Rounding::TowardZero, NON_SAT),
@@ -289,17 +262,13 @@ fn configs(fmt: Format) -> Vec<(Rounding, Overflow)> {
 fn exhaustive_configs(fmt: Format) -> Vec<(Rounding, Overflow)> {
     let mut c = vec![(Rounding::NearestEven, NON_SAT)];
     if fmt == Format::E8M0 {
-        c.extend([
-            (Rounding::TowardZero, NON_SAT),
-            (Rounding::TowardPositive, NON_SAT),
-        ]);
+        c.extend([(Rounding::TowardZero, NON_SAT), (Rounding::TowardPositive, NON_SAT)]);
     }
     c
 }
 
 fn same(a: f64, b: f64) -> bool {
-    a.to_bits() == b.to_bits()
-        || (a.is_nan() && b.is_nan() && a.is_sign_negative() == b.is_sign_negative())
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan() && a.is_sign_negative() == b.is_sign_negative())
 }
 
 struct Failures {
@@ -309,10 +278,7 @@ struct Failures {
 
 impl Failures {
     fn new() -> Failures {
-        Failures {
-            count: AtomicU64::new(0),
-            first: Mutex::new(Vec::new()),
-        }
+        Failures { count: AtomicU64::new(0), first: Mutex::new(Vec::new()) }
     }
 
     fn add(&self, msg: impl FnOnce() -> String) {
@@ -323,25 +289,14 @@ impl Failures {
 
     fn assert_none(&self, what: &str) {
         let n = self.count.load(Ordering::Relaxed);
-        assert_eq!(
-            n,
-            0,
-            "{what}: {n} mismatches, first: {:#?}",
-            self.first.lock().unwrap()
-        );
+        assert_eq!(n, 0, "{what}: {n} mismatches, first: {:#?}", self.first.lock().unwrap());
     }
 }
 
 /// Check one f32 bit pattern in every configuration; `hint` carries the search position. `cast`'s outcome
 /// is checked always (as bits and as a value); the entry points built on it on every 64th pattern.
 #[inline]
-fn check(
-    t: &Table,
-    cfgs: &[(Rounding, Overflow)],
-    p: u32,
-    hint: &mut Option<usize>,
-    fails: &Failures,
-) {
+fn check(t: &Table, cfgs: &[(Rounding, Overflow)], p: u32, hint: &mut Option<usize>, fails: &Failures) {
     let x = f32::from_bits(p);
     let xd = f64::from(x);
     let entry_points = p % 64 == 0;
@@ -358,27 +313,15 @@ fn check(
             });
         }
         if entry_points
-            && (formats::encode_with(t.fmt, xd, r, ov) != code
-                || !same(formats::quantize_with(t.fmt, xd, r, ov), val))
+            && (formats::encode_with(t.fmt, xd, r, ov) != code || !same(formats::quantize_with(t.fmt, xd, r, ov), val))
         {
-            fails.add(|| {
-                format!(
-                    "{} {r:?} {ov:?}: encode_with/quantize_with of {x:e} ({p:#010x})",
-                    t.fmt
-                )
-            });
+            fails.add(|| format!("{} {r:?} {ov:?}: encode_with/quantize_with of {x:e} ({p:#010x})", t.fmt));
         }
     }
     if entry_points {
         let (code, val) = t.cast(xd, Rounding::NearestEven, NON_SAT, hint);
-        let (e, q) = (
-            formats::encode(t.fmt, xd, NON_SAT),
-            formats::quantize(t.fmt, xd, NON_SAT),
-        );
-        let (e32, q32) = (
-            formats::encode_f32(t.fmt, x, NON_SAT),
-            formats::quantize_f32(t.fmt, x, NON_SAT),
-        );
+        let (e, q) = (formats::encode(t.fmt, xd, NON_SAT), formats::quantize(t.fmt, xd, NON_SAT));
+        let (e32, q32) = (formats::encode_f32(t.fmt, x, NON_SAT), formats::quantize_f32(t.fmt, x, NON_SAT));
         if e != code || e32 != code || !same(q, val) || !same(f64::from(q32), val) {
             fails.add(|| format!("{} encode/quantize(_f32) of {x:e} ({p:#010x})", t.fmt));
         }
@@ -420,12 +363,7 @@ fn boundary_patterns(t: &Table) -> Vec<u32> {
         anchors.push((v + next) / 2.0); // exact: at most one bit more than the format's
     }
     anchors.push(t.beyond);
-    anchors.extend([
-        f64::from(f32::MAX),
-        f64::from(f32::MIN_POSITIVE),
-        2f64.powi(-127),
-        1.5 * 2f64.powi(-127),
-    ]);
+    anchors.extend([f64::from(f32::MAX), f64::from(f32::MIN_POSITIVE), 2f64.powi(-127), 1.5 * 2f64.powi(-127)]);
     let mut pats: Vec<u32> = Vec::new();
     for a in anchors {
         let f = a as f32;
@@ -442,13 +380,7 @@ fn boundary_patterns(t: &Table) -> Vec<u32> {
     // Zeros and f32 subnormals, the top of f32, infinities and NaNs.
     for k in 0..64u32 {
         pats.extend([k, k | 0x8000_0000, 0x7f80_0000 - k, 0xff80_0000 - k]);
-        pats.extend([
-            0x7f80_0000 + k,
-            0xff80_0000 + k,
-            0x7fff_ffff - k,
-            0xffff_ffff - k,
-            0x7fc0_0000 + k,
-        ]);
+        pats.extend([0x7f80_0000 + k, 0xff80_0000 + k, 0x7fff_ffff - k, 0xffff_ffff - k, 0x7fc0_0000 + k]);
     }
     pats.sort_unstable();
     pats.dedup();
@@ -479,23 +411,15 @@ fn sweep_boundaries_all_roundings() {
     for fmt in Format::ALL {
         let t0 = std::time::Instant::now();
         let n = sweep_boundaries(fmt);
-        eprintln!(
-            "{fmt}: {n} boundary patterns x 8 configurations: ok in {:.1} s",
-            t0.elapsed().as_secs_f64()
-        );
+        eprintln!("{fmt}: {n} boundary patterns x 8 configurations: ok in {:.1} s", t0.elapsed().as_secs_f64());
     }
 }
 
 /// Every 7th f32 pattern in the default configuration (nearest, non-saturating), every 112th in the others.
 #[test]
 fn sweep_strided() {
-    let only: Option<Format> = std::env::var("FORMATS_ONLY")
-        .ok()
-        .map(|s| s.parse().unwrap());
-    for fmt in Format::ALL
-        .into_iter()
-        .filter(|f| only.is_none_or(|o| o == *f))
-    {
+    let only: Option<Format> = std::env::var("FORMATS_ONLY").ok().map(|s| s.parse().unwrap());
+    for fmt in Format::ALL.into_iter().filter(|f| only.is_none_or(|o| o == *f)) {
         let t0 = std::time::Instant::now();
         let cfgs = configs(fmt);
         let n = sweep_stride(fmt, 7, &cfgs[..1]);
@@ -517,10 +441,7 @@ fn sweep_exhaustive() {
         let cfgs = exhaustive_configs(fmt);
         let n = sweep_stride(fmt, 1, &cfgs);
         assert_eq!(n, 1u64 << 32);
-        eprintln!(
-            "{fmt}: all {n} f32 patterns x {cfgs:?}: ok in {:.1} s",
-            t0.elapsed().as_secs_f64()
-        );
+        eprintln!("{fmt}: all {n} f32 patterns x {cfgs:?}: ok in {:.1} s", t0.elapsed().as_secs_f64());
     }
     eprintln!("exhaustive sweep: {:.1} s", t_all.elapsed().as_secs_f64());
 }
@@ -558,23 +479,14 @@ impl Rng {
 fn f64_inputs_round_once() {
     // Double rounding through f32 would give 1 here (1 + 2^-8 + 2^-40 -> f32 1 + 2^-8, a tie, -> 1).
     let x = 1.0 + 2f64.powi(-8) + 2f64.powi(-40);
-    assert_eq!(
-        formats::quantize(Format::Bf16, x, NON_SAT),
-        1.0 + 2f64.powi(-7)
-    );
+    assert_eq!(formats::quantize(Format::Bf16, x, NON_SAT), 1.0 + 2f64.powi(-7));
     let x = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
-    assert_eq!(
-        formats::quantize(Format::F16, x, NON_SAT),
-        1.0 + 2f64.powi(-10)
-    );
+    assert_eq!(formats::quantize(Format::F16, x, NON_SAT), 1.0 + 2f64.powi(-10));
     // Random f64 values over each format's range and beyond, every configuration, against the search.
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for fmt in Format::ALL {
         let t = Table::new(fmt);
-        let (lo, hi) = (
-            t.vals[1].log2().floor() as i32 - 4,
-            t.max().log2().ceil() as i32 + 3,
-        );
+        let (lo, hi) = (t.vals[1].log2().floor() as i32 - 4, t.max().log2().ceil() as i32 + 3);
         for _ in 0..200_000 {
             let x = rng.f64_in(lo, hi);
             for r in ROUNDINGS {
@@ -594,29 +506,12 @@ fn f64_inputs_round_once() {
     // Huge and tiny f64 (beyond f32's range).
     for fmt in Format::ALL {
         let t = Table::new(fmt);
-        for x in [
-            1e300,
-            -1e300,
-            f64::MAX,
-            -f64::MAX,
-            1e-300,
-            -1e-300,
-            f64::MIN_POSITIVE,
-            5e-324,
-            -5e-324,
-        ] {
+        for x in [1e300, -1e300, f64::MAX, -f64::MAX, 1e-300, -1e-300, f64::MIN_POSITIVE, 5e-324, -5e-324] {
             for r in ROUNDINGS {
                 for ov in [NON_SAT, SAT] {
                     let want = t.cast(x, r, ov, &mut None);
-                    assert_eq!(
-                        formats::encode_with(fmt, x, r, ov),
-                        want.0,
-                        "{fmt} {r:?} {ov:?} x = {x:e}"
-                    );
-                    assert!(
-                        same(formats::quantize_with(fmt, x, r, ov), want.1),
-                        "{fmt} {r:?} {ov:?} x = {x:e}"
-                    );
+                    assert_eq!(formats::encode_with(fmt, x, r, ov), want.0, "{fmt} {r:?} {ov:?} x = {x:e}");
+                    assert!(same(formats::quantize_with(fmt, x, r, ov), want.1), "{fmt} {r:?} {ov:?} x = {x:e}");
                 }
             }
         }
@@ -641,26 +536,16 @@ fn every_code_decodes_and_round_trips() {
             let d = formats::decode(fmt, code);
             let kind = match t.codes.iter().position(|&c| c == mag) {
                 Some(i) => {
-                    assert!(
-                        same(d, sg(t.vals[i])),
-                        "{fmt} decode({code:#x}) = {d:e}, want {:e}",
-                        sg(t.vals[i])
-                    );
+                    assert!(same(d, sg(t.vals[i])), "{fmt} decode({code:#x}) = {d:e}, want {:e}", sg(t.vals[i]));
                     finite += 1;
                     0
                 }
                 None if t.kind == Kind::Ieee && mag == t.inf => {
-                    assert!(
-                        same(d, sg(f64::INFINITY)),
-                        "{fmt} decode({code:#x}) = {d:e}"
-                    );
+                    assert!(same(d, sg(f64::INFINITY)), "{fmt} decode({code:#x}) = {d:e}");
                     1
                 }
                 None => {
-                    assert!(
-                        d.is_nan() && d.is_sign_negative() == neg,
-                        "{fmt} decode({code:#x}) = {d:e}, want NaN"
-                    );
+                    assert!(d.is_nan() && d.is_sign_negative() == neg, "{fmt} decode({code:#x}) = {d:e}, want NaN");
                     2
                 }
             };
@@ -675,10 +560,7 @@ fn every_code_decodes_and_round_trips() {
                         _ => t.nan | (code & t.sign_bit),
                     };
                     assert_eq!(e, want, "{fmt} {r:?} {ov:?}: encode(decode({code:#x}))");
-                    assert!(
-                        same(q, formats::decode(fmt, want)),
-                        "{fmt} {r:?} {ov:?}: quantize(decode({code:#x}))"
-                    );
+                    assert!(same(q, formats::decode(fmt, want)), "{fmt} {r:?} {ov:?}: quantize(decode({code:#x}))");
                 }
             }
         }
@@ -710,22 +592,10 @@ fn decode_rejects_wide_codes_e2m1() {
 fn half_crate_agrees_on_bf16_and_f16() {
     // Decoding every code.
     for code in 0..=u16::MAX {
-        let (a, b) = (
-            formats::decode(Format::Bf16, code),
-            half::bf16::from_bits(code).to_f64(),
-        );
-        assert!(
-            same(a, b) || (a.is_nan() && b.is_nan()),
-            "bf16 {code:#x}: {a:e} vs half {b:e}"
-        );
-        let (a, b) = (
-            formats::decode(Format::F16, code),
-            half::f16::from_bits(code).to_f64(),
-        );
-        assert!(
-            same(a, b) || (a.is_nan() && b.is_nan()),
-            "f16 {code:#x}: {a:e} vs half {b:e}"
-        );
+        let (a, b) = (formats::decode(Format::Bf16, code), half::bf16::from_bits(code).to_f64());
+        assert!(same(a, b) || (a.is_nan() && b.is_nan()), "bf16 {code:#x}: {a:e} vs half {b:e}");
+        let (a, b) = (formats::decode(Format::F16, code), half::f16::from_bits(code).to_f64());
+        assert!(same(a, b) || (a.is_nan() && b.is_nan()), "f16 {code:#x}: {a:e} vs half {b:e}");
     }
     // Casting every 113th f32 pattern, and every pattern near the boundaries.
     let mut pats: Vec<u32> = (0..=u32::MAX / 113).map(|k| k * 113).collect();
@@ -771,22 +641,9 @@ fn literal_facts() {
     let ews = |f, x, r| formats::encode_with(f, x, r, SAT);
 
     // Ranges.
-    let max = [
-        (Bf16, 3.3895313892515355e38),
-        (F16, 65504.0),
-        (E4M3, 448.0),
-        (E5M2, 57344.0),
-        (E8M0, p2(127)),
-        (E2M1, 6.0),
-    ];
-    let min = [
-        (Bf16, p2(-133)),
-        (F16, p2(-24)),
-        (E4M3, p2(-9)),
-        (E5M2, p2(-16)),
-        (E8M0, p2(-127)),
-        (E2M1, 0.5),
-    ];
+    let max =
+        [(Bf16, 3.3895313892515355e38), (F16, 65504.0), (E4M3, 448.0), (E5M2, 57344.0), (E8M0, p2(127)), (E2M1, 6.0)];
+    let min = [(Bf16, p2(-133)), (F16, p2(-24)), (E4M3, p2(-9)), (E5M2, p2(-16)), (E8M0, p2(-127)), (E2M1, 0.5)];
     for ((f, mx), (_, mn)) in max.into_iter().zip(min) {
         assert_eq!(f.max_finite(), mx, "{f} max");
         assert_eq!(f.min_positive(), mn, "{f} min");
@@ -794,167 +651,54 @@ fn literal_facts() {
         assert_eq!(f.name().parse::<Format>().unwrap(), f);
     }
     assert!("e4m3fn".parse::<Format>().is_err());
-    assert_eq!(
-        (
-            Bf16.has_inf(),
-            E4M3.has_inf(),
-            E5M2.has_nan(),
-            E2M1.has_nan()
-        ),
-        (true, false, true, false)
-    );
+    assert_eq!((Bf16.has_inf(), E4M3.has_inf(), E5M2.has_nan(), E2M1.has_nan()), (true, false, true, false));
     let e2m1: Vec<f64> = (0..8u16).map(|c| formats::decode(E2M1, c)).collect();
     assert_eq!(e2m1, [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]);
 
     // E4M3: 464 is a tie that rounds to 448; above it overflows.
-    assert_eq!(
-        (q(E4M3, 464.0), e(E4M3, 464.0), e(E4M3, -464.0)),
-        (448.0, 0x7e, 0xfe)
-    );
+    assert_eq!((q(E4M3, 464.0), e(E4M3, 464.0), e(E4M3, -464.0)), (448.0, 0x7e, 0xfe));
     let above = f64::from(f32::from_bits(464f32.to_bits() + 1));
     assert!(q(E4M3, above).is_nan());
-    assert_eq!(
-        (
-            e(E4M3, above),
-            e(E4M3, -above),
-            es(E4M3, above),
-            es(E4M3, -above)
-        ),
-        (0x7f, 0xff, 0x7e, 0xfe)
-    );
-    assert_eq!(
-        (
-            e(E4M3, f64::INFINITY),
-            es(E4M3, f64::INFINITY),
-            es(E4M3, f64::NEG_INFINITY)
-        ),
-        (0x7f, 0x7e, 0xfe)
-    );
-    assert_eq!(
-        (e(E4M3, f64::NAN), es(E4M3, f64::NAN), e(E4M3, -f64::NAN)),
-        (0x7f, 0x7f, 0xff)
-    );
-    assert_eq!(
-        (
-            e(E4M3, p2(-9)),
-            e(E4M3, p2(-10)),
-            e(E4M3, 1.5 * p2(-10)),
-            e(E4M3, -0.0)
-        ),
-        (0x01, 0x00, 0x01, 0x80)
-    );
+    assert_eq!((e(E4M3, above), e(E4M3, -above), es(E4M3, above), es(E4M3, -above)), (0x7f, 0xff, 0x7e, 0xfe));
+    assert_eq!((e(E4M3, f64::INFINITY), es(E4M3, f64::INFINITY), es(E4M3, f64::NEG_INFINITY)), (0x7f, 0x7e, 0xfe));
+    assert_eq!((e(E4M3, f64::NAN), es(E4M3, f64::NAN), e(E4M3, -f64::NAN)), (0x7f, 0x7f, 0xff));
+    assert_eq!((e(E4M3, p2(-9)), e(E4M3, p2(-10)), e(E4M3, 1.5 * p2(-10)), e(E4M3, -0.0)), (0x01, 0x00, 0x01, 0x80));
     assert_eq!(q(E4M3, 0.2), 0.203125);
     // E5M2: |x| >= 61440 overflows.
+    assert_eq!((e(E5M2, 61440.0), e(E5M2, -61440.0), es(E5M2, 61440.0)), (0x7c, 0xfc, 0x7b));
     assert_eq!(
-        (e(E5M2, 61440.0), e(E5M2, -61440.0), es(E5M2, 61440.0)),
-        (0x7c, 0xfc, 0x7b)
-    );
-    assert_eq!(
-        (
-            e(E5M2, 61439.99),
-            q(E5M2, 61439.99),
-            e(E5M2, f64::NAN),
-            e(E5M2, f64::NEG_INFINITY)
-        ),
+        (e(E5M2, 61439.99), q(E5M2, 61439.99), e(E5M2, f64::NAN), e(E5M2, f64::NEG_INFINITY)),
         (0x7b, 57344.0, 0x7e, 0xfc)
     );
     // bf16 / f16: overflow after rounding; ties to even; subnormals kept.
-    assert_eq!(
-        (e(Bf16, f64::from(f32::MAX)), es(Bf16, f64::from(f32::MAX))),
-        (0x7f80, 0x7f7f)
-    );
-    assert_eq!(
-        (
-            e(Bf16, (2.0 - p2(-8)) * p2(127)),
-            e(Bf16, (2.0 - p2(-8) - p2(-30)) * p2(127))
-        ),
-        (0x7f80, 0x7f7f)
-    );
-    assert_eq!(
-        (q(Bf16, 1.0 + p2(-8)), q(Bf16, 1.0 + 3.0 * p2(-8))),
-        (1.0, 1.0 + p2(-6))
-    );
-    assert_eq!(
-        (
-            e(Bf16, p2(-133)),
-            e(Bf16, p2(-134)),
-            e(Bf16, 1.5 * p2(-134))
-        ),
-        (0x0001, 0x0000, 0x0001)
-    );
+    assert_eq!((e(Bf16, f64::from(f32::MAX)), es(Bf16, f64::from(f32::MAX))), (0x7f80, 0x7f7f));
+    assert_eq!((e(Bf16, (2.0 - p2(-8)) * p2(127)), e(Bf16, (2.0 - p2(-8) - p2(-30)) * p2(127))), (0x7f80, 0x7f7f));
+    assert_eq!((q(Bf16, 1.0 + p2(-8)), q(Bf16, 1.0 + 3.0 * p2(-8))), (1.0, 1.0 + p2(-6)));
+    assert_eq!((e(Bf16, p2(-133)), e(Bf16, p2(-134)), e(Bf16, 1.5 * p2(-134))), (0x0001, 0x0000, 0x0001));
     assert_eq!((e(Bf16, f64::NAN), e(Bf16, -f64::NAN)), (0x7fc0, 0xffc0));
-    assert_eq!(
-        (
-            e(F16, 65520.0),
-            e(F16, 65519.99),
-            e(F16, p2(-25)),
-            e(F16, 1.5 * p2(-25))
-        ),
-        (0x7c00, 0x7bff, 0, 1)
-    );
+    assert_eq!((e(F16, 65520.0), e(F16, 65519.99), e(F16, p2(-25)), e(F16, 1.5 * p2(-25))), (0x7c00, 0x7bff, 0, 1));
     assert_eq!(e(F16, f64::NAN), 0x7e00);
 
     // UE8M0: >= 1.5·2^e rounds up; RZ floor, RP ceiling; no zero, no sign.
     use Rounding::*;
     assert_eq!(
-        (
-            e(E8M0, 1.0),
-            e(E8M0, 1.5),
-            e(E8M0, 1.4999999),
-            e(E8M0, 3.0),
-            e(E8M0, 0.75)
-        ),
+        (e(E8M0, 1.0), e(E8M0, 1.5), e(E8M0, 1.4999999), e(E8M0, 3.0), e(E8M0, 0.75)),
         (0x7f, 0x80, 0x7f, 0x81, 0x7f)
     );
     assert_eq!(
-        (
-            ew(E8M0, 1.99, TowardZero),
-            ew(E8M0, 1.01, TowardPositive),
-            ew(E8M0, 1.0, TowardPositive)
-        ),
+        (ew(E8M0, 1.99, TowardZero), ew(E8M0, 1.01, TowardPositive), ew(E8M0, 1.0, TowardPositive)),
         (0x7f, 0x80, 0x7f)
     );
     assert_eq!(
-        (
-            ew(E8M0, 0.5, TowardZero),
-            ew(E8M0, 0.5, TowardPositive),
-            ew(E8M0, 0.75, TowardNegative)
-        ),
+        (ew(E8M0, 0.5, TowardZero), ew(E8M0, 0.5, TowardPositive), ew(E8M0, 0.75, TowardNegative)),
         (0x7e, 0x7e, 0x7e)
     );
-    assert_eq!(
-        (
-            e(E8M0, 1.5 * p2(127)),
-            es(E8M0, 1.5 * p2(127)),
-            e(E8M0, 1.4999 * p2(127))
-        ),
-        (0xff, 0xfe, 0xfe)
-    );
-    assert_eq!(
-        (
-            ew(E8M0, 1.01 * p2(127), TowardPositive),
-            ews(E8M0, 1.01 * p2(127), TowardPositive)
-        ),
-        (0xff, 0xfe)
-    );
-    assert_eq!(
-        (
-            ew(E8M0, p2(200), TowardZero),
-            ew(E8M0, f64::from(f32::MAX), TowardZero)
-        ),
-        (0xfe, 0xfe)
-    );
+    assert_eq!((e(E8M0, 1.5 * p2(127)), es(E8M0, 1.5 * p2(127)), e(E8M0, 1.4999 * p2(127))), (0xff, 0xfe, 0xfe));
+    assert_eq!((ew(E8M0, 1.01 * p2(127), TowardPositive), ews(E8M0, 1.01 * p2(127), TowardPositive)), (0xff, 0xfe));
+    assert_eq!((ew(E8M0, p2(200), TowardZero), ew(E8M0, f64::from(f32::MAX), TowardZero)), (0xfe, 0xfe));
     for r in ROUNDINGS {
         // Below 2^-127 (f32 subnormals, tiny f64): the smallest value, whatever the rounding.
-        assert_eq!(
-            (
-                ew(E8M0, p2(-149), r),
-                ew(E8M0, 1e-300, r),
-                ew(E8M0, 0.75 * p2(-127), r)
-            ),
-            (0, 0, 0),
-            "{r:?}"
-        );
+        assert_eq!((ew(E8M0, p2(-149), r), ew(E8M0, 1e-300, r), ew(E8M0, 0.75 * p2(-127), r)), (0, 0, 0), "{r:?}");
         // NaN; zero, negatives, -inf; +inf.
         for x in [f64::NAN, -f64::NAN] {
             assert_eq!((ew(E8M0, x, r), ews(E8M0, x, r)), (0xff, 0xff));
@@ -962,52 +706,22 @@ fn literal_facts() {
         for x in [0.0, -0.0, -1.0, -1e-40, f64::NEG_INFINITY] {
             assert_eq!((ew(E8M0, x, r), ews(E8M0, x, r)), (0xff, 0x00), "{r:?} {x}");
         }
-        assert_eq!(
-            (ew(E8M0, f64::INFINITY, r), ews(E8M0, f64::INFINITY, r)),
-            (0xff, 0xfe)
-        );
+        assert_eq!((ew(E8M0, f64::INFINITY, r), ews(E8M0, f64::INFINITY, r)), (0xff, 0xfe));
     }
     // f32 subnormals: nearest on the significand (ml_dtypes; PyTorch rounds (2^-127, 1.5·2^-127) up).
-    assert_eq!(
-        (
-            e(E8M0, 1.25 * p2(-127)),
-            e(E8M0, 1.5 * p2(-127)),
-            e(E8M0, 1.49 * p2(-127))
-        ),
-        (0x00, 0x01, 0x00)
-    );
+    assert_eq!((e(E8M0, 1.25 * p2(-127)), e(E8M0, 1.5 * p2(-127)), e(E8M0, 1.49 * p2(-127))), (0x00, 0x01, 0x00));
     assert!(q(E8M0, 0.0).is_nan() && q(E8M0, 0.0).is_sign_positive());
-    assert_eq!(
-        (qs(E8M0, 0.0), q(E8M0, 1.5), formats::decode(E8M0, 0)),
-        (p2(-127), 2.0, p2(-127))
-    );
+    assert_eq!((qs(E8M0, 0.0), q(E8M0, 1.5), formats::decode(E8M0, 0)), (p2(-127), 2.0, p2(-127)));
 
     // E2M1: ties to even, overflow and inf saturate in both modes, NaN -> zero of the opposite sign.
     let xs = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.9, 7.0, 100.0];
     let want = [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 6.0, 6.0, 6.0];
     for (x, w) in xs.into_iter().zip(want) {
-        assert_eq!(
-            (q(E2M1, x), qs(E2M1, x), q(E2M1, -x)),
-            (w, w, -w),
-            "e2m1 {x}"
-        );
+        assert_eq!((q(E2M1, x), qs(E2M1, x), q(E2M1, -x)), (w, w, -w), "e2m1 {x}");
     }
-    assert_eq!(
-        (
-            e(E2M1, f64::INFINITY),
-            e(E2M1, f64::NEG_INFINITY),
-            es(E2M1, f64::INFINITY)
-        ),
-        (0x7, 0xf, 0x7)
-    );
-    assert_eq!(
-        (e(E2M1, f64::NAN), e(E2M1, -f64::NAN), es(E2M1, f64::NAN)),
-        (0x8, 0x0, 0x8)
-    );
-    assert_eq!(
-        (q(E2M1, f64::NAN).to_bits(), q(E2M1, -f64::NAN).to_bits()),
-        ((-0.0f64).to_bits(), 0)
-    );
+    assert_eq!((e(E2M1, f64::INFINITY), e(E2M1, f64::NEG_INFINITY), es(E2M1, f64::INFINITY)), (0x7, 0xf, 0x7));
+    assert_eq!((e(E2M1, f64::NAN), e(E2M1, -f64::NAN), es(E2M1, f64::NAN)), (0x8, 0x0, 0x8));
+    assert_eq!((q(E2M1, f64::NAN).to_bits(), q(E2M1, -f64::NAN).to_bits()), ((-0.0f64).to_bits(), 0));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1024,10 +738,7 @@ fn spot_values() -> Vec<f32> {
     }
     for fmt in Format::ALL {
         let t = Table::new(fmt);
-        let (lo, hi) = (
-            t.vals[1].log2().floor() as i32 - 3,
-            t.max().log2().ceil() as i32 + 2,
-        );
+        let (lo, hi) = (t.vals[1].log2().floor() as i32 - 3, t.max().log2().ceil() as i32 + 2);
         for _ in 0..300 {
             v.push(rng.f64_in(lo.max(-149), hi.min(127)) as f32);
         }
@@ -1037,44 +748,16 @@ fn spot_values() -> Vec<f32> {
                 for a in [x, (x + next) / 2.0] {
                     let a = a as f32;
                     if a.is_finite() {
-                        v.extend([
-                            a,
-                            -a,
-                            f32::from_bits(a.to_bits() + 1),
-                            f32::from_bits(a.to_bits().max(1) - 1),
-                        ]);
+                        v.extend([a, -a, f32::from_bits(a.to_bits() + 1), f32::from_bits(a.to_bits().max(1) - 1)]);
                     }
                 }
             }
         }
     }
-    let specials = [
-        0.0,
-        -0.0,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::MAX,
-        -f32::MAX,
-        f32::MIN_POSITIVE,
-        1e-45,
-    ];
+    let specials = [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MAX, f32::MIN_POSITIVE, 1e-45];
     v.extend(specials);
-    v.extend([
-        f32::NAN,
-        -f32::NAN,
-        f32::from_bits(0x7f80_0001),
-        f32::from_bits(0xffa1_2345),
-    ]);
-    v.extend([
-        464.0,
-        465.0,
-        61440.0,
-        61439.996,
-        65520.0,
-        65519.996,
-        1.5 * 2f32.powi(-127),
-        1.25 * 2f32.powi(-127),
-    ]);
+    v.extend([f32::NAN, -f32::NAN, f32::from_bits(0x7f80_0001), f32::from_bits(0xffa1_2345)]);
+    v.extend([464.0, 465.0, 61440.0, 61439.996, 65520.0, 65519.996, 1.5 * 2f32.powi(-127), 1.25 * 2f32.powi(-127)]);
     v
 }
 
@@ -1094,10 +777,7 @@ np.concatenate(out).tofile(sys.argv[2])
 #[test]
 fn ml_dtypes_spot_checks() {
     use std::process::Command;
-    match Command::new("python3")
-        .args(["-c", "import numpy, ml_dtypes"])
-        .output()
-    {
+    match Command::new("python3").args(["-c", "import numpy, ml_dtypes"]).output() {
         Err(e) => {
             eprintln!("SKIP: ml_dtypes spot checks: python3 not runnable ({e})");
             return;
@@ -1112,33 +792,17 @@ fn ml_dtypes_spot_checks() {
     let dir = std::env::temp_dir().join(format!("moe-formats-ml-dtypes-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (inp, out) = (dir.join("in.f32"), dir.join("out.u16"));
-    std::fs::write(
-        &inp,
-        xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
-    )
-    .unwrap();
+    std::fs::write(&inp, xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
     let names: Vec<&str> = Format::ALL.iter().map(|f| f.ml_dtypes_name()).collect();
     let o = Command::new("python3")
-        .args([
-            "-c",
-            ML_DTYPES_SCRIPT,
-            inp.to_str().unwrap(),
-            out.to_str().unwrap(),
-        ])
+        .args(["-c", ML_DTYPES_SCRIPT, inp.to_str().unwrap(), out.to_str().unwrap()])
         .args(&names)
         .output()
         .expect("run python3");
-    assert!(
-        o.status.success(),
-        "ml_dtypes script failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "ml_dtypes script failed: {}", String::from_utf8_lossy(&o.stderr));
     let bytes = std::fs::read(&out).unwrap();
     std::fs::remove_dir_all(&dir).ok();
-    let theirs: Vec<u16> = bytes
-        .chunks_exact(2)
-        .map(|c| u16::from_le_bytes([c[0], c[1]]))
-        .collect();
+    let theirs: Vec<u16> = bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
     assert_eq!(theirs.len(), xs.len() * Format::ALL.len());
     let mut bad = Vec::new();
     for (k, fmt) in Format::ALL.into_iter().enumerate() {
@@ -1147,10 +811,7 @@ fn ml_dtypes_spot_checks() {
             let t = theirs[k * xs.len() + i];
             let both_nan = formats::decode(fmt, ours).is_nan() && formats::decode(fmt, t).is_nan();
             if ours != t && !both_nan {
-                bad.push(format!(
-                    "{fmt} x = {x:e} ({:#010x}): ours {ours:#x}, ml_dtypes {t:#x}",
-                    x.to_bits()
-                ));
+                bad.push(format!("{fmt} x = {x:e} ({:#010x}): ours {ours:#x}, ml_dtypes {t:#x}", x.to_bits()));
             }
         }
     }
@@ -1160,10 +821,5 @@ fn ml_dtypes_spot_checks() {
         Format::ALL.len(),
         bad.len()
     );
-    assert!(
-        bad.is_empty(),
-        "{} disagreements with ml_dtypes, first: {:#?}",
-        bad.len(),
-        &bad[..bad.len().min(20)]
-    );
+    assert!(bad.is_empty(), "{} disagreements with ml_dtypes, first: {:#?}", bad.len(), &bad[..bad.len().min(20)]);
 }

@@ -8,34 +8,21 @@ use std::path::PathBuf;
 mod quant_checks;
 
 fn replay(target: &str, check: fn(&[u8])) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus")
-        .join(target);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus").join(target);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         println!("SKIP {target}: no corpus at {}", dir.display());
         return;
     };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .collect();
+    let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect();
     files.sort();
     for f in &files {
         let data = std::fs::read(f).expect("readable corpus file");
         let r = std::panic::catch_unwind(|| check(&data));
-        assert!(
-            r.is_ok(),
-            "{target}: corpus file {} fails its check",
-            f.display()
-        );
+        assert!(r.is_ok(), "{target}: corpus file {} fails its check", f.display());
     }
     println!("{target}: {} corpus files replayed", files.len());
     // The committed corpus is not empty: an empty folder would make this test pass vacuously.
-    assert!(
-        !files.is_empty(),
-        "{target}: corpus folder {} is empty",
-        dir.display()
-    );
+    assert!(!files.is_empty(), "{target}: corpus folder {} is empty", dir.display());
 }
 
 #[test]
@@ -52,9 +39,7 @@ fn quant_accum_corpus() {
 #[test]
 fn fixed_inputs() {
     for seed in 0u8..64 {
-        let data: Vec<u8> = (0..600u32)
-            .map(|i| (i as u8).wrapping_mul(seed | 1).wrapping_add(seed))
-            .collect();
+        let data: Vec<u8> = (0..600u32).map(|i| (i as u8).wrapping_mul(seed | 1).wrapping_add(seed)).collect();
         quant_checks::check_scale(&data);
         quant_checks::check_accum(&data);
     }

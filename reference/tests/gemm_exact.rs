@@ -154,12 +154,7 @@ fn every_combine_path_matches_the_reference() {
     let mut seen = std::collections::BTreeSet::new();
     for seed in 1..40u64 {
         let mut g = Gen(seed);
-        for (ka, kb, k) in [
-            (Kind::Bf16, Kind::Bf16, 256),
-            (Kind::F64, Kind::Bf16, 256),
-            (Kind::F64, Kind::F64, 64),
-            (Kind::WideRange, Kind::F64, 33),
-        ] {
+        for (ka, kb, k) in [(Kind::Bf16, Kind::Bf16, 256), (Kind::F64, Kind::Bf16, 256), (Kind::F64, Kind::F64, 64), (Kind::WideRange, Kind::F64, 33)] {
             let a = fill(ka, 9, k, &mut g);
             let b = fill(kb, 11, k, &mut g);
             if let Some(p) = plan_for(a.view(), b.view()) {
@@ -170,10 +165,7 @@ fn every_combine_path_matches_the_reference() {
             assert_same(&fast, &slow);
         }
     }
-    assert!(
-        seen.contains(&1) && seen.contains(&3) && seen.contains(&4),
-        "paths exercised: {seen:?}"
-    );
+    assert!(seen.contains(&1) && seen.contains(&3) && seen.contains(&4), "paths exercised: {seen:?}");
 }
 
 #[test]
@@ -196,28 +188,12 @@ fn tiles_cover_every_entry_once() {
         let b = fill(kb, n, k, &mut g);
         let plan = plan_for(a.view(), b.view());
         if let Some(p) = pairs {
-            assert_eq!(
-                plan.map(|p| (p.n_a * p.n_b).min(4)),
-                Some(p),
-                "case {i}: {plan:?}"
-            );
+            assert_eq!(plan.map(|p| (p.n_a * p.n_b).min(4)), Some(p), "case {i}: {plan:?}");
         }
         let slow = matmul_nt_with(Engine::Reference, a.view(), b.view());
         let mut wide = Array2::from_elem((m, n + 5), f64::NAN);
-        matmul_nt_into(
-            Engine::Ozaki,
-            a.view(),
-            b.view(),
-            None,
-            wide.slice_mut(s![.., 3..3 + n]),
-        );
+        matmul_nt_into(Engine::Ozaki, a.view(), b.view(), None, wide.slice_mut(s![.., 3..3 + n]));
         assert_same(&wide.slice(s![.., 3..3 + n]).to_owned(), &slow);
-        assert!(
-            wide.slice(s![.., ..3])
-                .iter()
-                .chain(wide.slice(s![.., 3 + n..]).iter())
-                .all(|v| v.is_nan()),
-            "case {i} {plan:?}: wrote outside its block"
-        );
+        assert!(wide.slice(s![.., ..3]).iter().chain(wide.slice(s![.., 3 + n..]).iter()).all(|v| v.is_nan()), "case {i} {plan:?}: wrote outside its block");
     }
 }

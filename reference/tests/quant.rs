@@ -14,12 +14,7 @@ fn p2(e: i32) -> f64 {
 }
 
 fn spec(format: Format, block: Block, rule: ScaleRule, overflow: Overflow) -> QuantSpec {
-    QuantSpec {
-        format,
-        block,
-        rule,
-        overflow,
-    }
+    QuantSpec { format, block, rule, overflow }
 }
 
 /// One row: 3, 1, -0.7421875, 0.010009765625 (bf16 values; amax 3).
@@ -49,12 +44,7 @@ fn deepgemm_amax_over_448() {
     // y = fl32(x·m) = 448.0, 149.33333, -110.83333, 1.4947916. E4M3: 448; 149.33 in [128, 256), spacing
     // 16: 144 | 160 -> 144; -110.83 in [64, 128), spacing 8: -104 | -112 -> -112; 1.4948 in [1, 2),
     // spacing 1/8: 1.5.
-    let s = spec(
-        Format::E4M3,
-        Block::Rows(128),
-        ScaleRule::DeepGemm { pow2: false },
-        Overflow::Saturate,
-    );
+    let s = spec(Format::E4M3, Block::Rows(128), ScaleRule::DeepGemm { pow2: false }, Overflow::Saturate);
     let t = quantize(row().view(), &s);
     assert_eq!(t.q, array![[448.0, 144.0, -112.0, 1.5]]);
     assert_eq!(t.scale[[0, 0]], f64::from_bits(0x3F7B_6DB6_E000_0000)); // 0x1.b6db6ep-8
@@ -65,12 +55,7 @@ fn deepgemm_amax_over_448() {
 fn deepgemm_pow2_scale_rounds_up() {
     // sf = 3/448 = 0.0067 -> 2^ceil(log2 sf) = 2^-7; m = 128; y = 384, 128, -95, 1.28125;
     // E4M3: 384 (exact), 128, -96 (spacing 8: 88 | 96, 95 nearer 96), 1.25 (spacing 1/8: 1.25 | 1.375).
-    let s = spec(
-        Format::E4M3,
-        Block::Rows(128),
-        ScaleRule::DeepGemm { pow2: true },
-        Overflow::Saturate,
-    );
+    let s = spec(Format::E4M3, Block::Rows(128), ScaleRule::DeepGemm { pow2: true }, Overflow::Saturate);
     let t = quantize(row().view(), &s);
     assert_eq!(t.q, array![[384.0, 128.0, -96.0, 1.25]]);
     assert_eq!(t.scale[[0, 0]], p2(-7));
@@ -80,12 +65,7 @@ fn deepgemm_pow2_scale_rounds_up() {
 fn deepgemm_all_zero_block_uses_the_floor() {
     // amax 0 -> clamp(1e-4): sf = fl32(fl32(1e-4) / 448) = 0x1.df595ap-23; elements 0; no NaN.
     let x = Array2::zeros((2, 128));
-    let s = spec(
-        Format::E4M3,
-        Block::Rows(128),
-        ScaleRule::DeepGemm { pow2: false },
-        Overflow::Saturate,
-    );
+    let s = spec(Format::E4M3, Block::Rows(128), ScaleRule::DeepGemm { pow2: false }, Overflow::Saturate);
     let t = quantize(x.view(), &s);
     assert!(t.q.iter().all(|&v| v == 0.0));
     assert_eq!(t.scale[[1, 0]], f64::from_bits(0x3E8D_F595_A000_0000));
@@ -96,22 +76,12 @@ fn deepgemm_all_zero_block_uses_the_floor() {
 fn transformer_engine_rules() {
     // s = fl32(448/3) = 0x1.2aaaaap+7 (the same f32 as DeepGEMM's m here), scale = fl32(1/s) =
     // 0x1.b6db6ep-8, codes as for DeepGEMM.
-    let s = spec(
-        Format::E4M3,
-        Block::Rows(128),
-        ScaleRule::TransformerEngine { pow2: false },
-        Overflow::Saturate,
-    );
+    let s = spec(Format::E4M3, Block::Rows(128), ScaleRule::TransformerEngine { pow2: false }, Overflow::Saturate);
     let t = quantize(row().view(), &s);
     assert_eq!(t.q, array![[448.0, 144.0, -112.0, 1.5]]);
     assert_eq!(t.scale[[0, 0]], f64::from_bits(0x3F7B_6DB6_E000_0000));
     // pow2: s = 149.33 rounded down to 128: the same codes as DeepGEMM's pow2 (2^-7), scale 1/128.
-    let s = spec(
-        Format::E4M3,
-        Block::Rows(128),
-        ScaleRule::TransformerEngine { pow2: true },
-        Overflow::Saturate,
-    );
+    let s = spec(Format::E4M3, Block::Rows(128), ScaleRule::TransformerEngine { pow2: true }, Overflow::Saturate);
     let t = quantize(row().view(), &s);
     assert_eq!(t.q, array![[384.0, 128.0, -96.0, 1.25]]);
     assert_eq!(t.scale[[0, 0]], p2(-7));
@@ -122,12 +92,7 @@ fn transformer_engine_rules() {
     assert_eq!(inf.scale[[0, 0]], 1.0);
     assert_eq!(inf.q, array![[448.0, 2.0]]);
     // E5M2 multiplier: 57344 / 3 = 19114.67 -> pow2 16384 = 2^14: 3 -> 49152, 1 -> 16384.
-    let s = spec(
-        Format::E5M2,
-        Block::Rows(2),
-        ScaleRule::TransformerEngine { pow2: true },
-        Overflow::Saturate,
-    );
+    let s = spec(Format::E5M2, Block::Rows(2), ScaleRule::TransformerEngine { pow2: true }, Overflow::Saturate);
     let t = quantize(array![[3.0, 1.0]].view(), &s);
     assert_eq!(t.q, array![[49152.0, 16384.0]]);
     assert_eq!(t.scale[[0, 0]], p2(-14));
@@ -145,10 +110,7 @@ fn mx_rules_on_hand_examples() {
     // CEIL: 3 is not a power of two: floor + 1 = 2, 2 - 8 = -6, code 121. 2 is one: 1 - 8 = -7, code 120.
     let t = quantize(row().view(), &mx(MxRounding::Ceil, Format::E4M3, sat));
     assert_eq!(t.scale_bits.as_ref().unwrap()[[0, 0]], 121);
-    let t = quantize(
-        array![[2.0, -1.0]].view(),
-        &mx(MxRounding::Ceil, Format::E4M3, sat),
-    );
+    let t = quantize(array![[2.0, -1.0]].view(), &mx(MxRounding::Ceil, Format::E4M3, sat));
     assert_eq!(t.scale_bits.as_ref().unwrap()[[0, 0]], 120);
     // RCEIL: 3 · fl32(1/448) = 0.0066964 rounds up to 2^-7: code 120.
     let t = quantize(row().view(), &mx(MxRounding::Rceil, Format::E4M3, sat));
@@ -158,29 +120,13 @@ fn mx_rules_on_hand_examples() {
     // 248 = midpoint of 240 and 256, ties to even (256). RCEIL: 3.875/448 = 0.00865 -> up to 2^-6, the same 248 -> 256.
     let x = array![[3.875, 1.0]];
     let t = quantize(x.view(), &mx(MxRounding::Floor, Format::E4M3, sat));
-    assert_eq!(
-        (t.scale_bits.as_ref().unwrap()[[0, 0]], t.q[[0, 0]]),
-        (120, 448.0)
-    );
-    let t = quantize(
-        x.view(),
-        &mx(MxRounding::Floor, Format::E4M3, Overflow::NonSaturating),
-    );
+    assert_eq!((t.scale_bits.as_ref().unwrap()[[0, 0]], t.q[[0, 0]]), (120, 448.0));
+    let t = quantize(x.view(), &mx(MxRounding::Floor, Format::E4M3, Overflow::NonSaturating));
     assert!(t.q[[0, 0]].is_nan());
     let t = quantize(x.view(), &mx(MxRounding::Even, Format::E4M3, sat));
-    assert_eq!(
-        (
-            t.scale_bits.as_ref().unwrap()[[0, 0]],
-            t.q[[0, 0]],
-            t.q[[0, 1]]
-        ),
-        (121, 256.0, 64.0)
-    );
+    assert_eq!((t.scale_bits.as_ref().unwrap()[[0, 0]], t.q[[0, 0]], t.q[[0, 1]]), (121, 256.0, 64.0));
     let t = quantize(x.view(), &mx(MxRounding::Rceil, Format::E4M3, sat));
-    assert_eq!(
-        (t.scale_bits.as_ref().unwrap()[[0, 0]], t.q[[0, 0]]),
-        (121, 256.0)
-    );
+    assert_eq!((t.scale_bits.as_ref().unwrap()[[0, 0]], t.q[[0, 0]]), (121, 256.0));
     // EVEN without a carry: 3 = 1.1b stays, floor: code 120.
     let t = quantize(row().view(), &mx(MxRounding::Even, Format::E4M3, sat));
     assert_eq!(t.scale_bits.as_ref().unwrap()[[0, 0]], 120);
@@ -192,31 +138,15 @@ fn mx_rules_on_hand_examples() {
     assert_eq!(t.scale_bits.as_ref().unwrap()[[0, 0]], 126);
     assert_eq!(t.q, array![[6.0, 2.0, -1.5, 0.0]]);
     // A NaN element: amax NaN, scale code 0xFF (NaN).
-    let t = quantize(
-        array![[f64::NAN, 1.0]].view(),
-        &mx(MxRounding::Floor, Format::E4M3, sat),
-    );
+    let t = quantize(array![[f64::NAN, 1.0]].view(), &mx(MxRounding::Floor, Format::E4M3, sat));
     assert_eq!(t.scale_bits.as_ref().unwrap()[[0, 0]], 0xFF);
     assert!(t.scale[[0, 0]].is_nan());
 }
 
 #[test]
 fn mx_all_zero_block_gets_code_zero() {
-    for r in [
-        MxRounding::Floor,
-        MxRounding::Rceil,
-        MxRounding::Ceil,
-        MxRounding::Even,
-    ] {
-        let t = quantize(
-            Array2::zeros((1, 32)).view(),
-            &spec(
-                Format::E4M3,
-                Block::Rows(32),
-                ScaleRule::Mx(r),
-                Overflow::Saturate,
-            ),
-        );
+    for r in [MxRounding::Floor, MxRounding::Rceil, MxRounding::Ceil, MxRounding::Even] {
+        let t = quantize(Array2::zeros((1, 32)).view(), &spec(Format::E4M3, Block::Rows(32), ScaleRule::Mx(r), Overflow::Saturate));
         assert_eq!(t.scale_bits.as_ref().unwrap()[[0, 0]], 0x00, "{r:?}");
         assert_eq!(t.scale[[0, 0]], p2(-127));
         assert!(t.dequantize().iter().all(|&v| v == 0.0));
@@ -228,13 +158,7 @@ fn mx_all_zero_block_gets_code_zero() {
 #[test]
 fn all_zero_channel_along_tokens() {
     for tokens in [128usize, 129] {
-        let x = Array2::from_shape_fn((tokens, 4), |(t, c)| {
-            if c == 2 {
-                0.0
-            } else {
-                ((t * 7 + c) % 13) as f64 - 6.0
-            }
-        });
+        let x = Array2::from_shape_fn((tokens, 4), |(t, c)| if c == 2 { 0.0 } else { ((t * 7 + c) % 13) as f64 - 6.0 });
         for rule in [
             ScaleRule::DeepGemm { pow2: false },
             ScaleRule::DeepGemm { pow2: true },
@@ -246,25 +170,12 @@ fn all_zero_channel_along_tokens() {
             let s = spec(Format::E4M3, Block::Cols(128), rule, Overflow::Saturate);
             let t = quantize(x.view(), &s);
             assert_eq!(t.scale.dim(), (tokens.div_ceil(128), 4));
-            assert!(
-                t.scale.iter().all(|v| v.is_finite() && *v > 0.0),
-                "{rule:?}"
-            );
+            assert!(t.scale.iter().all(|v| v.is_finite() && *v > 0.0), "{rule:?}");
             let d = t.dequantize();
-            assert!(
-                d.column(2)
-                    .iter()
-                    .all(|&v| v == 0.0 && v.is_sign_positive()),
-                "{rule:?}"
-            );
+            assert!(d.column(2).iter().all(|&v| v == 0.0 && v.is_sign_positive()), "{rule:?}");
             assert!(d.iter().all(|v| v.is_finite()));
             // Integers up to 6 are E4M3 values times any power-of-two scale: exact under pow2 rules.
-            if matches!(
-                rule,
-                ScaleRule::Mx(_)
-                    | ScaleRule::DeepGemm { pow2: true }
-                    | ScaleRule::TransformerEngine { pow2: true }
-            ) {
+            if matches!(rule, ScaleRule::Mx(_) | ScaleRule::DeepGemm { pow2: true } | ScaleRule::TransformerEngine { pow2: true }) {
                 assert_eq!(d, x, "{rule:?}");
             }
         }
@@ -279,31 +190,15 @@ fn ragged_blocks_have_their_own_amax() {
     x[[0, 5]] = 100.0;
     x[[0, 150]] = 0.5;
     x[[0, 199]] = -0.25;
-    let s = spec(
-        Format::E4M3,
-        Block::Rows(128),
-        ScaleRule::DeepGemm { pow2: true },
-        Overflow::Saturate,
-    );
+    let s = spec(Format::E4M3, Block::Rows(128), ScaleRule::DeepGemm { pow2: true }, Overflow::Saturate);
     let t = quantize(x.view(), &s);
     assert_eq!(t.scale, array![[p2(-2), p2(-9)]]);
     // 100·4 = 400 is the midpoint of 384 and 416 (spacing 32 in [256, 512)): ties to even, 384.
-    assert_eq!(
-        (t.q[[0, 5]], t.q[[0, 150]], t.q[[0, 199]]),
-        (384.0, 256.0, -128.0)
-    );
+    assert_eq!((t.q[[0, 5]], t.q[[0, 150]], t.q[[0, 199]]), (384.0, 256.0, -128.0));
     assert_eq!(t.scale_of(0, 199), p2(-9));
     // 128x128 tiles with a ragged corner.
-    let x = Array2::from_shape_fn(
-        (130, 130),
-        |(r, c)| if r >= 128 && c >= 128 { 8.0 } else { 1.0 },
-    );
-    let s = spec(
-        Format::E4M3,
-        Block::Tile(128, 128),
-        ScaleRule::Mx(MxRounding::Floor),
-        Overflow::Saturate,
-    );
+    let x = Array2::from_shape_fn((130, 130), |(r, c)| if r >= 128 && c >= 128 { 8.0 } else { 1.0 });
+    let s = spec(Format::E4M3, Block::Tile(128, 128), ScaleRule::Mx(MxRounding::Floor), Overflow::Saturate);
     let t = quantize(x.view(), &s);
     // amax 1: 2^(0 - 8); amax 8: 2^(3 - 8).
     assert_eq!(t.scale, array![[p2(-8), p2(-8)], [p2(-8), p2(-5)]]);
@@ -315,24 +210,11 @@ fn saturation_and_overflow() {
     // DeepGEMM never needs to saturate: amax·fl32(1/sf) is at most 448 plus a few f32 ulps, which rounds
     // to 448. TE likewise. MX FLOOR does (above), and an E2M1 block saturates to 6 in both modes:
     // amax 7.5 = 1.875·4 -> 2^(2 - 2) = 1: 7.5 -> 6.
-    let t = quantize(
-        array![[7.5, 1.0]].view(),
-        &spec(
-            Format::E2M1,
-            Block::Rows(32),
-            ScaleRule::Mx(MxRounding::Floor),
-            Overflow::NonSaturating,
-        ),
-    );
+    let t = quantize(array![[7.5, 1.0]].view(), &spec(Format::E2M1, Block::Rows(32), ScaleRule::Mx(MxRounding::Floor), Overflow::NonSaturating));
     assert_eq!(t.q, array![[6.0, 1.0]]);
     for pow2 in [false, true] {
         let x = Array2::from_shape_fn((4, 128), |(r, c)| ((r * 128 + c) as f64 * 0.37).sin() * 1e3);
-        let s = spec(
-            Format::E4M3,
-            Block::Rows(128),
-            ScaleRule::DeepGemm { pow2 },
-            Overflow::NonSaturating,
-        );
+        let s = spec(Format::E4M3, Block::Rows(128), ScaleRule::DeepGemm { pow2 }, Overflow::NonSaturating);
         assert!(quantize(x.view(), &s).q.iter().all(|v| v.is_finite()));
     }
 }
@@ -348,15 +230,7 @@ fn rules() -> Vec<ScaleRule> {
         ScaleRule::TransformerEngine { pow2: false },
         ScaleRule::TransformerEngine { pow2: true },
     ];
-    v.extend(
-        [
-            MxRounding::Floor,
-            MxRounding::Rceil,
-            MxRounding::Ceil,
-            MxRounding::Even,
-        ]
-        .map(ScaleRule::Mx),
-    );
+    v.extend([MxRounding::Floor, MxRounding::Rceil, MxRounding::Ceil, MxRounding::Even].map(ScaleRule::Mx));
     v
 }
 
@@ -397,8 +271,7 @@ proptest! {
 // ------------------------------------------------------------------------------------------------
 
 fn same(a: f64, b: f64) -> bool {
-    a.to_bits() == b.to_bits()
-        || (a.is_nan() && b.is_nan() && a.is_sign_negative() == b.is_sign_negative())
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan() && a.is_sign_negative() == b.is_sign_negative())
 }
 
 fn check_cast(y: f32) {
@@ -406,11 +279,7 @@ fn check_cast(y: f32) {
         for o in [Overflow::Saturate, Overflow::NonSaturating] {
             let fast = moe_reference::quant::cast_element(fmt, y, o);
             let slow = moe_reference::formats::quantize(fmt, f64::from(y), o);
-            assert!(
-                same(fast, slow),
-                "{fmt:?} {o:?} y = {y:e} ({:#010x}): fast {fast:e}, formats {slow:e}",
-                y.to_bits()
-            );
+            assert!(same(fast, slow), "{fmt:?} {o:?} y = {y:e} ({:#010x}): fast {fast:e}, formats {slow:e}", y.to_bits());
         }
     }
 }
@@ -460,12 +329,7 @@ fn element_cast_fast_path_is_bit_exact() {
 
 #[test]
 fn empty_tensors() {
-    let s = spec(
-        Format::E4M3,
-        Block::Rows(128),
-        ScaleRule::Mx(MxRounding::Floor),
-        Overflow::Saturate,
-    );
+    let s = spec(Format::E4M3, Block::Rows(128), ScaleRule::Mx(MxRounding::Floor), Overflow::Saturate);
     let t = quantize(Array2::zeros((0, 5)).view(), &s);
     assert_eq!((t.q.dim(), t.scale.dim()), ((0, 5), (0, 1)));
     let t = quantize(Array2::zeros((3, 0)).view(), &s);

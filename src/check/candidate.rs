@@ -48,18 +48,9 @@ pub enum CandidateError {
     #[error("candidate {path}: {source}")]
     File { path: String, source: CaseError },
     #[error("candidate {path}: tensor `{name}`: wrong shape: expected {expected:?}, got {got:?}")]
-    Shape {
-        path: String,
-        name: String,
-        expected: Vec<usize>,
-        got: Vec<usize>,
-    },
+    Shape { path: String, name: String, expected: Vec<usize>, got: Vec<usize> },
     #[error("candidate {path}: tensor `{name}`: unsupported dtype {got} (expected F64, F32, BF16 or F16)")]
-    Dtype {
-        path: String,
-        name: String,
-        got: String,
-    },
+    Dtype { path: String, name: String, got: String },
     #[error("candidate {path}: {why}")]
     RowMap { path: String, why: String },
 }
@@ -71,13 +62,7 @@ pub fn is_row_tensor(name: &str) -> bool {
 
 /// The shape the case format gives `name` for a layer with `m` dispatched rows.
 pub fn expected_shape(name: &str, cfg: &MoeConfig, m: usize) -> Option<Vec<usize>> {
-    let (t, h, i, e, k) = (
-        cfg.tokens,
-        cfg.hidden,
-        cfg.intermediate,
-        cfg.experts,
-        cfg.top_k,
-    );
+    let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
     Some(match name {
         "y" | "grad.x" => vec![t, h],
         "grad.w13" => vec![e, 2 * i, h],
@@ -111,23 +96,14 @@ impl Candidate {
 
     /// A rank-2 view of a held tensor.
     pub fn get2(&self, name: &str) -> Option<ndarray::ArrayView2<'_, f64>> {
-        self.tensors
-            .get(name)
-            .and_then(|a| a.view().into_dimensionality().ok())
+        self.tensors.get(name).and_then(|a| a.view().into_dimensionality().ok())
     }
 }
 
 /// Read and validate a candidate for a layer whose dispatched rows are `rows`.
-pub fn read_candidate(
-    path: &Path,
-    cfg: &MoeConfig,
-    rows: &RowMap,
-) -> Result<Candidate, CandidateError> {
+pub fn read_candidate(path: &Path, cfg: &MoeConfig, rows: &RowMap) -> Result<Candidate, CandidateError> {
     let p = path.display().to_string();
-    let file_err = |e: CaseError| CandidateError::File {
-        path: p.clone(),
-        source: e,
-    };
+    let file_err = |e: CaseError| CandidateError::File { path: p.clone(), source: e };
     let bytes = std::fs::read(path).map_err(|e| file_err(CaseError::io(path, e)))?;
     let (header_len, meta) = case::parse_framing(&bytes).map_err(file_err)?;
     let data = &bytes[8 + header_len..];
@@ -147,60 +123,32 @@ pub fn read_candidate(
             continue;
         };
         if !matches!(ti.dtype, Dtype::F64 | Dtype::F32 | Dtype::BF16 | Dtype::F16) {
-            return Err(CandidateError::Dtype {
-                path: p,
-                name: name.clone(),
-                got: format!("{:?}", ti.dtype),
-            });
+            return Err(CandidateError::Dtype { path: p, name: name.clone(), got: format!("{:?}", ti.dtype) });
         }
         if ti.shape != shape {
-            return Err(CandidateError::Shape {
-                path: p,
-                name: name.clone(),
-                expected: shape,
-                got: ti.shape.clone(),
-            });
+            return Err(CandidateError::Shape { path: p, name: name.clone(), expected: shape, got: ti.shape.clone() });
         }
         dtypes.insert(name.clone(), ti.dtype);
     }
 
     // The kernel's row order, when given.
     let ints = |name: &str| -> Result<Option<Vec<i32>>, CandidateError> {
-        let Some(ti) = meta.info(name) else {
-            return Ok(None);
-        };
+        let Some(ti) = meta.info(name) else { return Ok(None) };
         if ti.dtype != Dtype::I32 {
-            return Err(CandidateError::RowMap {
-                path: p.clone(),
-                why: format!("`{name}` must be I32, got {:?}", ti.dtype),
-            });
+            return Err(CandidateError::RowMap { path: p.clone(), why: format!("`{name}` must be I32, got {:?}", ti.dtype) });
         }
         if ti.shape != [m] {
             return Err(CandidateError::RowMap {
                 path: p.clone(),
-                why: format!(
-                    "`{name}` must have shape [{m}] (one entry per dispatched row), got {:?}",
-                    ti.shape
-                ),
+                why: format!("`{name}` must have shape [{m}] (one entry per dispatched row), got {:?}", ti.shape),
             });
         }
         let b = &data[ti.data_offsets.0..ti.data_offsets.1];
-        Ok(Some(
-            b.chunks_exact(4)
-                .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-        ))
+        Ok(Some(b.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()))
     };
     let kernel_row = match (ints(ROW_TOKEN)?, ints(ROW_SLOT)?) {
         (None, None) => None,
-        (Some(tok), Some(slot)) => {
-            Some(
-                row_permutation(&tok, &slot, rows).map_err(|why| CandidateError::RowMap {
-                    path: p.clone(),
-                    why,
-                })?,
-            )
-        }
+        (Some(tok), Some(slot)) => Some(row_permutation(&tok, &slot, rows).map_err(|why| CandidateError::RowMap { path: p.clone(), why })?),
         _ => {
             return Err(CandidateError::RowMap {
                 path: p,
@@ -214,21 +162,14 @@ pub fn read_candidate(
     for (name, &dtype) in &dtypes {
         let ti = meta.info(name).expect("listed");
         let v = case::floats(dtype, &data[ti.data_offsets.0..ti.data_offsets.1]);
-        let a = ArrayD::from_shape_vec(IxDyn(&ti.shape), v)
-            .expect("shape checked against the data by the framing");
+        let a = ArrayD::from_shape_vec(IxDyn(&ti.shape), v).expect("shape checked against the data by the framing");
         let a = match (&kernel_row, is_row_tensor(name)) {
             (Some(kr), true) => a.select(Axis(0), kr),
             _ => a,
         };
         tensors.insert(name.clone(), a);
     }
-    Ok(Candidate {
-        path: p,
-        tensors,
-        dtypes,
-        kernel_row,
-        ignored,
-    })
+    Ok(Candidate { path: p, tensors, dtypes, kernel_row, ignored })
 }
 
 /// `kernel_row[r]` for every oracle row `r`, from the kernel's (token, slot) of each of its rows; an error
@@ -241,15 +182,10 @@ pub fn row_permutation(tok: &[i32], slot: &[i32], rows: &RowMap) -> Result<Vec<u
             return Err(format!("row map: kernel row {kr} names token {t}, slot {j}, outside {t_n} tokens x {k} slots"));
         }
         let Some(r) = rows.slot_row[t as usize * k + j as usize] else {
-            return Err(format!(
-                "row map: kernel row {kr} names token {t}, slot {j}, which is an unused (-1) slot"
-            ));
+            return Err(format!("row map: kernel row {kr} names token {t}, slot {j}, which is an unused (-1) slot"));
         };
         if kernel_row[r] != usize::MAX {
-            return Err(format!(
-                "row map: token {t}, slot {j} appears in kernel rows {} and {kr}",
-                kernel_row[r]
-            ));
+            return Err(format!("row map: token {t}, slot {j} appears in kernel rows {} and {kr}", kernel_row[r]));
         }
         kernel_row[r] = kr;
     }

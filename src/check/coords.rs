@@ -84,10 +84,7 @@ impl Layout<'_> {
     /// The coordinates of element `flat` of tensor `name` with shape `shape`.
     pub fn describe(&self, name: &str, flat: usize, shape: &[usize]) -> Coords {
         let index = unflatten(flat, shape);
-        let mut c = Coords {
-            index: index.clone(),
-            ..Coords::default()
-        };
+        let mut c = Coords { index: index.clone(), ..Coords::default() };
         match name {
             "y" | "grad.x" => {
                 c.token = Some(index[0]);
@@ -176,30 +173,16 @@ mod tests {
         let ids = ndarray::array![[2, 0], [1, -1], [0, 1]];
         let rows = RowMap::build(ids.view(), 3);
         // Expert-major rows: e0: (0,1), (2,0); e1: (1,0), (2,1); e2: (0,0).
-        let l = Layout {
-            rows: &rows,
-            topk_ids: &ids,
-            intermediate: 4,
-            kernel_row: None,
-        };
+        let l = Layout { rows: &rows, topk_ids: &ids, intermediate: 4, kernel_row: None };
         let c = l.describe("fwd.h", 3 * 8 + 6, &[5, 8]);
-        assert_eq!(
-            (c.token, c.slot, c.expert, c.half, c.intermediate),
-            (Some(2), Some(1), Some(1), Some("up"), Some(2))
-        );
+        assert_eq!((c.token, c.slot, c.expert, c.half, c.intermediate), (Some(2), Some(1), Some(1), Some("up"), Some(2)));
         let c = l.describe("fwd.o", 4 * 16 + 9, &[5, 16]);
-        assert_eq!(
-            (c.token, c.slot, c.expert, c.hidden),
-            (Some(0), Some(0), Some(2), Some(9))
-        );
+        assert_eq!((c.token, c.slot, c.expert, c.hidden), (Some(0), Some(0), Some(2), Some(9)));
         let c = l.describe("grad.topk_weights", 1, &[3, 2]);
         assert_eq!((c.token, c.slot, c.expert), (Some(0), Some(1), Some(0)));
         let c = l.describe("grad.topk_weights", 3, &[3, 2]);
         assert_eq!(c.expert, None, "an unused slot has no expert");
         let c = l.describe("grad.w13", 2 * 8 * 16 + 3 * 16 + 5, &[3, 8, 16]);
-        assert_eq!(
-            (c.expert, c.half, c.intermediate, c.hidden),
-            (Some(2), Some("gate"), Some(3), Some(5))
-        );
+        assert_eq!((c.expert, c.half, c.intermediate, c.hidden), (Some(2), Some("gate"), Some(3), Some(5)));
     }
 }

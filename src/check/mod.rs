@@ -62,26 +62,14 @@ pub struct Context {
 
 impl Context {
     /// Read the case and the candidate, run the exact oracle and the recipe's emulation.
-    pub fn load(
-        case_path: &Path,
-        cand_path: &Path,
-        recipe: Option<&str>,
-    ) -> Result<Context, CliError> {
+    pub fn load(case_path: &Path, cand_path: &Path, recipe: Option<&str>) -> Result<Context, CliError> {
         Self::load_with(case_path, cand_path, recipe, false)
     }
 
     /// [`Context::load`], with the kernel declared to follow the recipe's accumulation schedule.
-    pub fn load_with(
-        case_path: &Path,
-        cand_path: &Path,
-        recipe: Option<&str>,
-        same_schedule: bool,
-    ) -> Result<Context, CliError> {
-        let case =
-            case::read_case(case_path, ReadOptions::default()).map_err(|e| CliError::Case {
-                path: case_path.to_path_buf(),
-                source: e,
-            })?;
+    pub fn load_with(case_path: &Path, cand_path: &Path, recipe: Option<&str>, same_schedule: bool) -> Result<Context, CliError> {
+        let case = case::read_case(case_path, ReadOptions::default())
+            .map_err(|e| CliError::Case { path: case_path.to_path_buf(), source: e })?;
         let recipe = crate::emulated::load_recipe(recipe.unwrap_or(&case.inputs.cfg.recipe), None)?;
         let opt = Options::default();
         let exact_fwd = layer::forward(&case.inputs, opt);
@@ -94,27 +82,10 @@ impl Context {
                 CHECKED.join(", ")
             )));
         }
-        let exact_bwd = case
-            .inputs
-            .dy
-            .as_ref()
-            .map(|dy| layer::backward(&case.inputs, &exact_fwd, dy.view(), opt));
-        let opts = emulate::EmulateOptions {
-            keep_quantised: true,
-            same_schedule,
-        };
-        let em = emulate::run_opts(&case.inputs, &recipe, opt, opts)
-            .map_err(|e| CliError::Recipe(e.to_string()))?;
-        Ok(Context {
-            case,
-            case_path: case_path.to_path_buf(),
-            recipe,
-            exact_fwd,
-            exact_bwd,
-            em,
-            cand,
-            same_schedule,
-        })
+        let exact_bwd = case.inputs.dy.as_ref().map(|dy| layer::backward(&case.inputs, &exact_fwd, dy.view(), opt));
+        let opts = emulate::EmulateOptions { keep_quantised: true, same_schedule };
+        let em = emulate::run_opts(&case.inputs, &recipe, opt, opts).map_err(|e| CliError::Recipe(e.to_string()))?;
+        Ok(Context { case, case_path: case_path.to_path_buf(), recipe, exact_fwd, exact_bwd, em, cand, same_schedule })
     }
 
     pub fn layout(&self) -> Layout<'_> {
@@ -148,34 +119,15 @@ impl Context {
 }
 
 /// Compare `got` with `exact` under `bound` (same shapes): the tensor's numbers and its worst element.
-pub fn compare(
-    name: &str,
-    got: ArrayViewD<f64>,
-    exact: ArrayViewD<f64>,
-    bound: ArrayViewD<f64>,
-    layout: &Layout,
-) -> TensorResult {
+pub fn compare(name: &str, got: ArrayViewD<f64>, exact: ArrayViewD<f64>, bound: ArrayViewD<f64>, layout: &Layout) -> TensorResult {
     let t = tightness(name, got.view(), exact.view(), bound.view());
-    let max_abs_error = got
-        .iter()
-        .zip(exact.iter())
-        .map(|(&g, &x)| (g - x).abs())
-        .fold(
-            0.0f64,
-            |m, e| if e.is_nan() { f64::INFINITY } else { m.max(e) },
-        );
+    let max_abs_error = got.iter().zip(exact.iter()).map(|(&g, &x)| (g - x).abs()).fold(0.0f64, |m, e| if e.is_nan() { f64::INFINITY } else { m.max(e) });
     let non_finite = got.iter().filter(|v| !v.is_finite()).count();
     let worst = t.worst.map(|i| {
         let g = got.iter().nth(i).copied().unwrap_or(f64::NAN);
         let x = exact.iter().nth(i).copied().unwrap_or(f64::NAN);
         let b = bound.iter().nth(i).copied().unwrap_or(f64::NAN);
-        Worst {
-            at: layout.describe(name, i, got.shape()),
-            got: g,
-            exact: x,
-            bound: b,
-            ratio: t.max,
-        }
+        Worst { at: layout.describe(name, i, got.shape()), got: g, exact: x, bound: b, ratio: t.max }
     });
     TensorResult {
         name: name.to_string(),
@@ -198,30 +150,19 @@ pub fn check(ctx: &Context) -> CheckReport {
     let mut not_checked = Vec::new();
     for name in CHECKED {
         if let Some(why) = ctx.why_not(name) {
-            not_checked.push(NotChecked {
-                name: name.to_string(),
-                why,
-            });
+            not_checked.push(NotChecked { name: name.to_string(), why });
             continue;
         }
         // The tightest sound bound: the a-priori one, or |emulated − exact| plus the bound on how far any
         // faithful kernel may deviate from the emulation, whichever is smaller per element.
         let bound = ctx.exact(name).and_then(|x| ctx.em.check_bound(name, x));
-        let (Some(got), Some(exact), Some(bound)) = (ctx.cand.get(name), ctx.exact(name), bound)
-        else {
-            not_checked.push(NotChecked {
-                name: name.to_string(),
-                why: "no bound for it under this recipe".into(),
-            });
+        let (Some(got), Some(exact), Some(bound)) = (ctx.cand.get(name), ctx.exact(name), bound) else {
+            not_checked.push(NotChecked { name: name.to_string(), why: "no bound for it under this recipe".into() });
             continue;
         };
         tensors.push(compare(name, got.view(), exact, bound.view(), &layout));
     }
-    let verdict = if tensors.iter().any(|t| t.violations > 0) {
-        "fail"
-    } else {
-        "pass"
-    };
+    let verdict = if tensors.iter().any(|t| t.violations > 0) { "fail" } else { "pass" };
     CheckReport {
         case: ctx.case_path.display().to_string(),
         candidate: ctx.cand.path.clone(),
@@ -235,12 +176,7 @@ pub fn check(ctx: &Context) -> CheckReport {
 
 /// Fail early when a report cannot be written where asked.
 pub fn check_report_path(path: &Path) -> Result<(), CliError> {
-    let err = |why: &str| {
-        Err(CliError::Output {
-            path: path.to_path_buf(),
-            why: why.into(),
-        })
-    };
+    let err = |why: &str| Err(CliError::Output { path: path.to_path_buf(), why: why.into() });
     if path.as_os_str().is_empty() {
         return err("empty path");
     }
@@ -252,10 +188,7 @@ pub fn check_report_path(path: &Path) -> Result<(), CliError> {
         _ => Path::new("."),
     };
     if !dir.is_dir() {
-        return Err(CliError::Output {
-            path: path.to_path_buf(),
-            why: format!("directory {} does not exist", dir.display()),
-        });
+        return Err(CliError::Output { path: path.to_path_buf(), why: format!("directory {} does not exist", dir.display()) });
     }
     Ok(())
 }
@@ -267,15 +200,8 @@ pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), Cli
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let out_err = |e: std::io::Error| CliError::Output {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    };
-    let tmp = tempfile::Builder::new()
-        .prefix(".report.")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(out_err)?;
+    let out_err = |e: std::io::Error| CliError::Output { path: path.to_path_buf(), why: e.to_string() };
+    let tmp = tempfile::Builder::new().prefix(".report.").suffix(".tmp").tempfile_in(dir).map_err(out_err)?;
     std::fs::write(tmp.path(), text + "\n").map_err(out_err)?;
     tmp.persist(path).map_err(|e| out_err(e.error))?;
     Ok(())
@@ -286,12 +212,7 @@ pub fn run(args: &CheckArgs) -> Result<(), CliError> {
     if let Some(j) = &args.json {
         check_report_path(j)?;
     }
-    let ctx = Context::load_with(
-        &args.case,
-        &args.candidate,
-        args.recipe.as_deref(),
-        args.same_schedule,
-    )?;
+    let ctx = Context::load_with(&args.case, &args.candidate, args.recipe.as_deref(), args.same_schedule)?;
     let rep = check(&ctx);
     print!("{}", rep.human());
     if let Some(j) = &args.json {

@@ -72,11 +72,7 @@ impl Worst {
         format!(
             "{}: got {}, exact {}, bound {}",
             self.at.human(),
-            if self.got.is_finite() {
-                format!("{:.6e}", self.got)
-            } else {
-                format!("{}", self.got)
-            },
+            if self.got.is_finite() { format!("{:.6e}", self.got) } else { format!("{}", self.got) },
             num(self.exact),
             num(self.bound)
         )
@@ -93,17 +89,9 @@ impl CheckReport {
             self.case,
             self.candidate,
             self.recipe,
-            if self.verdict == "pass" {
-                "PASS"
-            } else {
-                "FAIL"
-            }
+            if self.verdict == "pass" { "PASS" } else { "FAIL" }
         );
-        let _ = writeln!(
-            s,
-            "  {:<20} {:<7} {:>11} {:>14} {:>12} {:>10}",
-            "tensor", "verdict", "max |err|", "max err/bound", "violations", "elements"
-        );
+        let _ = writeln!(s, "  {:<20} {:<7} {:>11} {:>14} {:>12} {:>10}", "tensor", "verdict", "max |err|", "max err/bound", "violations", "elements");
         for t in &self.tensors {
             let _ = writeln!(
                 s,
@@ -120,11 +108,7 @@ impl CheckReport {
             }
         }
         if !self.not_checked.is_empty() {
-            let items: Vec<String> = self
-                .not_checked
-                .iter()
-                .map(|n| format!("{} ({})", n.name, n.why))
-                .collect();
+            let items: Vec<String> = self.not_checked.iter().map(|n| format!("{} ({})", n.name, n.why)).collect();
             let _ = writeln!(s, "  not checked: {}", items.join(", "));
         }
         s

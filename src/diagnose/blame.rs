@@ -31,11 +31,7 @@ pub struct Blame {
 
 /// Violation mask of got against exact within bound (NaN and infinities violate).
 pub fn violations(got: &ArrayD<f64>, exact: &ArrayD<f64>, bound: &ArrayD<f64>) -> Vec<bool> {
-    got.iter()
-        .zip(exact.iter())
-        .zip(bound.iter())
-        .map(|((&g, &x), &b)| !((g - x).abs() <= b))
-        .collect()
+    got.iter().zip(exact.iter()).zip(bound.iter()).map(|((&g, &x), &b)| !((g - x).abs() <= b)).collect()
 }
 
 /// Contiguous runs of the set indices, as `[start, end)`.
@@ -59,44 +55,17 @@ fn runs(set: &[bool]) -> Vec<(usize, usize)> {
 fn ranges(set: &[bool], axis: &'static str, two_halves: Option<usize>) -> Vec<FeatureRange> {
     match two_halves {
         Some(i) => {
-            let mut v: Vec<FeatureRange> = runs(&set[..i])
-                .into_iter()
-                .map(|(s, e)| FeatureRange {
-                    axis,
-                    half: Some("gate"),
-                    start: s,
-                    end: e,
-                })
-                .collect();
-            v.extend(runs(&set[i..]).into_iter().map(|(s, e)| FeatureRange {
-                axis,
-                half: Some("up"),
-                start: s,
-                end: e,
-            }));
+            let mut v: Vec<FeatureRange> =
+                runs(&set[..i]).into_iter().map(|(s, e)| FeatureRange { axis, half: Some("gate"), start: s, end: e }).collect();
+            v.extend(runs(&set[i..]).into_iter().map(|(s, e)| FeatureRange { axis, half: Some("up"), start: s, end: e }));
             v
         }
-        None => runs(set)
-            .into_iter()
-            .map(|(s, e)| FeatureRange {
-                axis,
-                half: None,
-                start: s,
-                end: e,
-            })
-            .collect(),
+        None => runs(set).into_iter().map(|(s, e)| FeatureRange { axis, half: None, start: s, end: e }).collect(),
     }
 }
 
 /// Blame the violations `bad` (flat, row-major) of tensor `name` of `shape`.
-pub fn blame(
-    name: &str,
-    shape: &[usize],
-    bad: &[bool],
-    rows: &RowMap,
-    topk_ids: &ndarray::Array2<i32>,
-    intermediate: usize,
-) -> Blame {
+pub fn blame(name: &str, shape: &[usize], bad: &[bool], rows: &RowMap, topk_ids: &ndarray::Array2<i32>, intermediate: usize) -> Blame {
     let mut experts = vec![false; rows.experts];
     let mut tokens = vec![false; rows.tokens];
     let (feat_axis, width) = match name {
@@ -104,15 +73,11 @@ pub fn blame(
         _ => (shape.len() - 1, shape[shape.len() - 1]),
     };
     let mut feats = vec![false; width];
-    let strides: Vec<usize> = (0..shape.len())
-        .map(|d| shape[d + 1..].iter().product())
-        .collect();
+    let strides: Vec<usize> = (0..shape.len()).map(|d| shape[d + 1..].iter().product()).collect();
     let row_exp = row_experts(rows);
     let mut token_hits = vec![false; rows.tokens];
     for (flat, _) in bad.iter().enumerate().filter(|(_, &b)| b) {
-        let idx: Vec<usize> = (0..shape.len())
-            .map(|d| (flat / strides[d]) % shape[d])
-            .collect();
+        let idx: Vec<usize> = (0..shape.len()).map(|d| (flat / strides[d]) % shape[d]).collect();
         feats[idx[feat_axis]] = true;
         match name {
             "y" | "grad.x" => token_hits[idx[0]] = true,
@@ -145,15 +110,7 @@ pub fn blame(
                 }
             }
         }
-        let share: Vec<f64> = (0..rows.experts)
-            .map(|e| {
-                if all[e] == 0 {
-                    0.0
-                } else {
-                    hit[e] as f64 / all[e] as f64
-                }
-            })
-            .collect();
+        let share: Vec<f64> = (0..rows.experts).map(|e| if all[e] == 0 { 0.0 } else { hit[e] as f64 / all[e] as f64 }).collect();
         let top = share.iter().cloned().fold(0.0, f64::max);
         for e in 0..rows.experts {
             experts[e] = top > 0.0 && share[e] >= 0.5 * top;
@@ -168,18 +125,8 @@ pub fn blame(
         "fwd.h" | "bwd.dh" | "grad.w13" => "intermediate",
         _ => "hidden",
     };
-    let pick = |v: &[bool]| {
-        v.iter()
-            .enumerate()
-            .filter(|(_, &b)| b)
-            .map(|(i, _)| i)
-            .collect::<Vec<_>>()
-    };
-    Blame {
-        experts: pick(&experts),
-        tokens: pick(&tokens),
-        features: ranges(&feats, axis, two_halves),
-    }
+    let pick = |v: &[bool]| v.iter().enumerate().filter(|(_, &b)| b).map(|(i, _)| i).collect::<Vec<_>>();
+    Blame { experts: pick(&experts), tokens: pick(&tokens), features: ranges(&feats, axis, two_halves) }
 }
 
 #[cfg(test)]
@@ -188,27 +135,11 @@ mod tests {
 
     #[test]
     fn runs_are_half_open_and_split_by_halves() {
-        assert_eq!(
-            runs(&[false, true, true, false, true]),
-            vec![(1, 3), (4, 5)]
-        );
+        assert_eq!(runs(&[false, true, true, false, true]), vec![(1, 3), (4, 5)]);
         let r = ranges(&[true, false, false, true], "intermediate", Some(2));
-        assert_eq!(
-            r,
-            vec![
-                FeatureRange {
-                    axis: "intermediate",
-                    half: Some("gate"),
-                    start: 0,
-                    end: 1
-                },
-                FeatureRange {
-                    axis: "intermediate",
-                    half: Some("up"),
-                    start: 1,
-                    end: 2
-                },
-            ]
-        );
+        assert_eq!(r, vec![
+            FeatureRange { axis: "intermediate", half: Some("gate"), start: 0, end: 1 },
+            FeatureRange { axis: "intermediate", half: Some("up"), start: 1, end: 2 },
+        ]);
     }
 }

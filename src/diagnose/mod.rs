@@ -98,42 +98,14 @@ pub fn diagnose(ctx: &Context) -> Result<(Diagnosis, Option<replay::Replayed>), 
     for name in STAGES {
         let Some(st) = rp.stage(name) else {
             // Held but not replayable: backward without `dy`, or the router's gradient without a router.
-            let verdict = if ctx.cand.get(name).is_some() {
-                "not replayed"
-            } else {
-                "not in candidate"
-            };
-            stages.push(StageResult {
-                name,
-                verdict,
-                violations: 0,
-                elements: 0,
-                max_ratio: 0.0,
-                inputs: vec![],
-                emulation_match: None,
-                worst: None,
-            });
+            let verdict = if ctx.cand.get(name).is_some() { "not replayed" } else { "not in candidate" };
+            stages.push(StageResult { name, verdict, violations: 0, elements: 0, max_ratio: 0.0, inputs: vec![], emulation_match: None, worst: None });
             continue;
         };
-        let r = compare(
-            name,
-            st.got.view(),
-            st.exact.view(),
-            st.bound.view(),
-            &layout,
-        );
-        let inputs = st
-            .inputs
-            .iter()
-            .map(|(n, c)| (n.to_string(), if *c { "candidate" } else { "emulated" }))
-            .collect();
+        let r = compare(name, st.got.view(), st.exact.view(), st.bound.view(), &layout);
+        let inputs = st.inputs.iter().map(|(n, c)| (n.to_string(), if *c { "candidate" } else { "emulated" })).collect();
         let emulation_match = st.emulated.as_ref().filter(|e| !e.is_empty()).map(|e| {
-            let same = st
-                .got
-                .iter()
-                .zip(e.iter())
-                .filter(|(g, v)| g.to_bits() == v.to_bits() || (**g == 0.0 && **v == 0.0))
-                .count();
+            let same = st.got.iter().zip(e.iter()).filter(|(g, v)| g.to_bits() == v.to_bits() || (**g == 0.0 && **v == 0.0)).count();
             same as f64 / e.len() as f64
         });
         stages.push(StageResult {
@@ -173,14 +145,7 @@ pub fn diagnose(ctx: &Context) -> Result<(Diagnosis, Option<replay::Replayed>), 
     let plot = match first {
         Some((st, bad)) => {
             let cfg = &ctx.case.inputs.cfg;
-            let b: Blame = blame::blame(
-                st.name,
-                st.got.shape(),
-                &bad,
-                &ctx.exact_fwd.rows,
-                &ctx.exact_fwd.topk_ids,
-                cfg.intermediate,
-            );
+            let b: Blame = blame::blame(st.name, st.got.shape(), &bad, &ctx.exact_fwd.rows, &ctx.exact_fwd.topk_ids, cfg.intermediate);
             let p: Option<Pattern> = patterns::recognise(&rp, &st, &bad, &b);
             d.first_bad_stage = Some(st.name);
             d.experts = b.experts;
@@ -197,53 +162,20 @@ pub fn diagnose(ctx: &Context) -> Result<(Diagnosis, Option<replay::Replayed>), 
 
 fn list(v: &[usize]) -> String {
     let shown: Vec<String> = v.iter().take(24).map(|x| x.to_string()).collect();
-    let more = if v.len() > 24 {
-        format!(" ... ({} in all)", v.len())
-    } else {
-        String::new()
-    };
+    let more = if v.len() > 24 { format!(" ... ({} in all)", v.len()) } else { String::new() };
     format!("[{}]{more}", shown.join(", "))
 }
 
 impl Diagnosis {
     pub fn human(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "moe-oracle diagnose {} --candidate {} (recipe {})",
-            self.case, self.candidate, self.recipe
-        );
-        let _ = writeln!(
-            s,
-            "  {:<20} {:<17} {:>14} {:>12} {:>10}  inputs",
-            "stage", "verdict", "max err/bound", "violations", "=emulated"
-        );
+        let _ = writeln!(s, "moe-oracle diagnose {} --candidate {} (recipe {})", self.case, self.candidate, self.recipe);
+        let _ = writeln!(s, "  {:<20} {:<17} {:>14} {:>12} {:>10}  inputs", "stage", "verdict", "max err/bound", "violations", "=emulated");
         for st in &self.stages {
-            let inputs: Vec<String> = st
-                .inputs
-                .iter()
-                .map(|(n, w)| format!("{n} ({w})"))
-                .collect();
-            let ratio = if st.elements == 0 {
-                "-".to_string()
-            } else if st.max_ratio.is_infinite() {
-                "inf".into()
-            } else {
-                format!("{:.3e}", st.max_ratio)
-            };
-            let em = st
-                .emulation_match
-                .map_or("-".to_string(), |f| format!("{:.1}%", 100.0 * f));
-            let _ = writeln!(
-                s,
-                "  {:<20} {:<17} {:>14} {:>12} {:>10}  {}",
-                st.name,
-                st.verdict,
-                ratio,
-                st.violations,
-                em,
-                inputs.join(", ")
-            );
+            let inputs: Vec<String> = st.inputs.iter().map(|(n, w)| format!("{n} ({w})")).collect();
+            let ratio = if st.elements == 0 { "-".to_string() } else if st.max_ratio.is_infinite() { "inf".into() } else { format!("{:.3e}", st.max_ratio) };
+            let em = st.emulation_match.map_or("-".to_string(), |f| format!("{:.1}%", 100.0 * f));
+            let _ = writeln!(s, "  {:<20} {:<17} {:>14} {:>12} {:>10}  {}", st.name, st.verdict, ratio, st.violations, em, inputs.join(", "));
         }
         match self.first_bad_stage {
             None => {
@@ -251,12 +183,7 @@ impl Diagnosis {
             }
             Some(name) => {
                 let _ = writeln!(s, "first bad stage: {name}");
-                if let Some(w) = self
-                    .stages
-                    .iter()
-                    .find(|x| x.name == name)
-                    .and_then(|x| x.worst.as_ref())
-                {
+                if let Some(w) = self.stages.iter().find(|x| x.name == name).and_then(|x| x.worst.as_ref()) {
                     let _ = writeln!(s, "  worst: {}", w.human());
                 }
                 let _ = writeln!(s, "  experts: {}", list(&self.experts));
@@ -265,22 +192,9 @@ impl Diagnosis {
                     .features
                     .iter()
                     .take(12)
-                    .map(|f| {
-                        format!(
-                            "{}{} {}..{}",
-                            f.half.map(|h| format!("{h} ")).unwrap_or_default(),
-                            f.axis,
-                            f.start,
-                            f.end
-                        )
-                    })
+                    .map(|f| format!("{}{} {}..{}", f.half.map(|h| format!("{h} ")).unwrap_or_default(), f.axis, f.start, f.end))
                     .collect();
-                let _ = writeln!(
-                    s,
-                    "  features: {}{}",
-                    f.join(", "),
-                    if self.features.len() > 12 { " ..." } else { "" }
-                );
+                let _ = writeln!(s, "  features: {}{}", f.join(", "), if self.features.len() > 12 { " ..." } else { "" });
                 let _ = writeln!(
                     s,
                     "  pattern: {}",
@@ -290,11 +204,7 @@ impl Diagnosis {
                     }
                 );
                 if !self.also_bad.is_empty() {
-                    let _ = writeln!(
-                        s,
-                        "  later stages also violating (from their own inputs): {}",
-                        self.also_bad.join(", ")
-                    );
+                    let _ = writeln!(s, "  later stages also violating (from their own inputs): {}", self.also_bad.join(", "));
                 }
             }
         }
@@ -307,24 +217,15 @@ pub fn run(args: &DiagnoseArgs) -> Result<(), CliError> {
     for p in [&args.json, &args.plot].into_iter().flatten() {
         check_report_path(p)?;
     }
-    let ctx = Context::load_with(
-        &args.case,
-        &args.candidate,
-        args.recipe.as_deref(),
-        args.same_schedule,
-    )?;
+    let ctx = Context::load_with(&args.case, &args.candidate, args.recipe.as_deref(), args.same_schedule)?;
     let (d, st) = diagnose(&ctx)?;
     print!("{}", d.human());
     if let Some(j) = &args.json {
         write_json(j, &d)?;
     }
     if let (Some(p), Some(st)) = (&args.plot, &st) {
-        plot::write_plot(p, st, &ctx.exact_fwd.rows, &ctx.exact_fwd.topk_ids).map_err(|e| {
-            CliError::Output {
-                path: p.clone(),
-                why: e.to_string(),
-            }
-        })?;
+        plot::write_plot(p, st, &ctx.exact_fwd.rows, &ctx.exact_fwd.topk_ids)
+            .map_err(|e| CliError::Output { path: p.clone(), why: e.to_string() })?;
     }
     if d.first_bad_stage.is_some() {
         Err(CliError::Failed)

@@ -64,12 +64,8 @@ pub fn recognise(rp: &Replay, st: &Replayed, bad: &[bool], blame: &Blame) -> Opt
     if nf.iter().any(|&b| b) {
         let width = shape[shape.len() - 1].max(1);
         let n_rows = nf.len() / width;
-        let bad_rows: Vec<usize> = (0..n_rows)
-            .filter(|&r| nf[r * width..(r + 1) * width].iter().any(|&b| b))
-            .collect();
-        let whole = bad_rows
-            .iter()
-            .all(|&r| nf[r * width..(r + 1) * width].iter().all(|&b| b));
+        let bad_rows: Vec<usize> = (0..n_rows).filter(|&r| nf[r * width..(r + 1) * width].iter().any(|&b| b)).collect();
+        let whole = bad_rows.iter().all(|&r| nf[r * width..(r + 1) * width].iter().all(|&b| b));
         if whole && shape.len() == 2 {
             let what = if is_row {
                 let re = row_experts(rows);
@@ -77,37 +73,18 @@ pub fn recognise(rp: &Replay, st: &Replayed, bad: &[bool], blame: &Blame) -> Opt
                 ex.dedup();
                 format!("{} whole rows are NaN/inf (rows {:?}, experts {:?}): rows the kernel never wrote", bad_rows.len(), short(&bad_rows), ex)
             } else {
-                format!(
-                    "{} whole token rows are NaN/inf (tokens {:?}): uninitialised rows leaking in",
-                    bad_rows.len(),
-                    short(&bad_rows)
-                )
+                format!("{} whole token rows are NaN/inf (tokens {:?}): uninitialised rows leaking in", bad_rows.len(), short(&bad_rows))
             };
-            return Some(Pattern {
-                name: "nan-uninitialised-rows",
-                detail: what,
-            });
+            return Some(Pattern { name: "nan-uninitialised-rows", detail: what });
         }
-        return Some(Pattern {
-            name: "non-finite",
-            detail: format!("{} NaN/inf values", nf.iter().filter(|&&b| b).count()),
-        });
+        return Some(Pattern { name: "non-finite", detail: format!("{} NaN/inf values", nf.iter().filter(|&&b| b).count()) });
     }
 
     // Weight gradients of experts without tokens.
-    if matches!(name, "grad.w13" | "grad.w2")
-        && !blame.experts.is_empty()
-        && blame
-            .experts
-            .iter()
-            .all(|&e| rows.expert_rows(e).is_empty())
-    {
+    if matches!(name, "grad.w13" | "grad.w2") && !blame.experts.is_empty() && blame.experts.iter().all(|&e| rows.expert_rows(e).is_empty()) {
         return Some(Pattern {
             name: "zero-token-expert-grad",
-            detail: format!(
-                "experts {:?} received no tokens but have non-zero {name}",
-                blame.experts
-            ),
+            detail: format!("experts {:?} received no tokens but have non-zero {name}", blame.experts),
         });
     }
 
@@ -123,9 +100,7 @@ pub fn recognise(rp: &Replay, st: &Replayed, bad: &[bool], blame: &Blame) -> Opt
         _ => None,
     };
     if let Some(ax) = two_i_axis {
-        let strides: Vec<usize> = (0..shape.len())
-            .map(|d| shape[d + 1..].iter().product())
-            .collect();
+        let strides: Vec<usize> = (0..shape.len()).map(|d| shape[d + 1..].iter().product()).collect();
         let swapped = |i: usize| {
             let c = (i / strides[ax]) % shape[ax];
             let c2 = (c + id) % (2 * id);
@@ -133,10 +108,7 @@ pub fn recognise(rp: &Replay, st: &Replayed, bad: &[bool], blame: &Blame) -> Opt
             Some((ex[j], bd[j]))
         };
         if explains(got, bad, swapped) {
-            return Some(Pattern {
-                name: "gate-up-swapped",
-                detail: format!("{name}: the gate and up halves are exchanged"),
-            });
+            return Some(Pattern { name: "gate-up-swapped", detail: format!("{name}: the gate and up halves are exchanged") });
         }
     }
 
@@ -156,10 +128,7 @@ pub fn recognise(rp: &Replay, st: &Replayed, bad: &[bool], blame: &Blame) -> Opt
             if explains(got, bad, alt) {
                 return Some(Pattern {
                     name: "expert-rows-shifted",
-                    detail: format!(
-                        "{name}: rows of experts {:?} are shifted by {shift} within the expert",
-                        blame.experts
-                    ),
+                    detail: format!("{name}: rows of experts {:?} are shifted by {shift} within the expert", blame.experts),
                 });
             }
         }
@@ -192,31 +161,17 @@ fn slot_weight(rp: &Replay, st: &Replayed, bad: &[bool]) -> Option<Pattern> {
             let u_y = rp.ctx.recipe.storage.y.unit_roundoff();
             let h = got.shape()[1];
             for j in 0..k {
-                for (unweighted, how) in [
-                    (true, "not multiplied by its combine weight"),
-                    (false, "missing from the combine"),
-                ] {
+                for (unweighted, how) in [(true, "not multiplied by its combine weight"), (false, "missing from the combine")] {
                     let alt = |i: usize| {
                         let (t, c) = (i / h, i % h);
                         let r = rows.slot_row[t * k + j]?;
-                        let term = o.x[[r, c]]
-                            * if unweighted {
-                                1.0 - w[[t, j]]
-                            } else {
-                                -w[[t, j]]
-                            };
+                        let term = o.x[[r, c]] * if unweighted { 1.0 - w[[t, j]] } else { -w[[t, j]] };
                         let alt = ex[i] + term;
                         // The kernel rounds its own (different) sum to storage.
-                        Some((
-                            alt,
-                            2.0 * bd[i] + 2f64.powi(-20) * term.abs() + 2.0 * u_y * alt.abs(),
-                        ))
+                        Some((alt, 2.0 * bd[i] + 2f64.powi(-20) * term.abs() + 2.0 * u_y * alt.abs()))
                     };
                     if explains(got, bad, alt) {
-                        return Some(Pattern {
-                            name: "slot-weight-missing",
-                            detail: format!("y: slot {j}'s expert output is {how}"),
-                        });
+                        return Some(Pattern { name: "slot-weight-missing", detail: format!("y: slot {j}'s expert output is {how}") });
                     }
                 }
             }
@@ -231,10 +186,7 @@ fn slot_weight(rp: &Replay, st: &Replayed, bad: &[bool]) -> Option<Pattern> {
                 Some((d, 2.0 * bd[i] + 2f64.powi(-7) * d.abs()))
             };
             if explains(got, bad, alt) {
-                return Some(Pattern {
-                    name: "slot-weight-missing",
-                    detail: "bwd.do: dy is not multiplied by the combine weight".into(),
-                });
+                return Some(Pattern { name: "slot-weight-missing", detail: "bwd.do: dy is not multiplied by the combine weight".into() });
             }
             let _ = ex;
             None
@@ -280,21 +232,13 @@ fn row_scales(q: &QuantTensor) -> Option<Array2<f64>> {
     let rows = q.q.nrows();
     match q.spec.block {
         Block::Rows(_) => Some(q.scale.clone()),
-        Block::Tile(p, _) => Some(Array2::from_shape_fn((rows, q.scale.ncols()), |(r, j)| {
-            q.scale[[r / p, j]]
-        })),
+        Block::Tile(p, _) => Some(Array2::from_shape_fn((rows, q.scale.ncols()), |(r, j)| q.scale[[r / p, j]])),
         Block::Cols(_) => None,
     }
 }
 
 /// The raw accumulator of `a · bᵀ` under `plan` with `model`, one operand's scale grid misread.
-fn alt_raw(
-    plan: &GemmPlan,
-    model: &Model,
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    fix: Option<(bool, ScaleFix)>,
-) -> Option<Array2<f64>> {
+fn alt_raw(plan: &GemmPlan, model: &Model, a: ArrayView2<f64>, b: ArrayView2<f64>, fix: Option<(bool, ScaleFix)>) -> Option<Array2<f64>> {
     let mut qa = plan.a.as_ref().map(|p| quant::quantize(a, &p.spec));
     let mut qb = plan.b.as_ref().map(|p| quant::quantize(b, &p.spec));
     if let Some((on_b, f)) = fix {
@@ -304,34 +248,20 @@ fn alt_raw(
         }
     }
     let promote = match model {
-        Model::TensorCore(TensorCore {
-            promote_every: Some(p),
-            ..
-        }) if qa.is_some() || qb.is_some() => Some(*p),
+        Model::TensorCore(TensorCore { promote_every: Some(p), .. }) if qa.is_some() || qb.is_some() => Some(*p),
         _ => None,
     };
     Some(match promote {
         Some(kb) => {
             let nkb = a.ncols().div_ceil(kb);
-            let (fa, sa) = match &qa {
-                Some(q) => (q.q.view(), row_scales(q)?),
-                None => (a, Array2::from_elem((a.nrows(), nkb), 1.0)),
-            };
-            let (fb, sb) = match &qb {
-                Some(q) => (q.q.view(), row_scales(q)?),
-                None => (b, Array2::from_elem((b.nrows(), nkb), 1.0)),
-            };
+            let (fa, sa) = match &qa { Some(q) => (q.q.view(), row_scales(q)?), None => (a, Array2::from_elem((a.nrows(), nkb), 1.0)) };
+            let (fb, sb) = match &qb { Some(q) => (q.q.view(), row_scales(q)?), None => (b, Array2::from_elem((b.nrows(), nkb), 1.0)) };
             accum::gemm_nt(model, fa, fb, Some((sa.view(), sb.view(), kb)))
         }
         None => {
             let da = qa.as_ref().map(|q| q.dequantize());
             let db = qb.as_ref().map(|q| q.dequantize());
-            accum::gemm_nt(
-                model,
-                da.as_ref().map_or(a, |d| d.view()),
-                db.as_ref().map_or(b, |d| d.view()),
-                None,
-            )
+            accum::gemm_nt(model, da.as_ref().map_or(a, |d| d.view()), db.as_ref().map_or(b, |d| d.view()), None)
         }
     })
 }
@@ -343,13 +273,7 @@ fn gemm_alternatives(rp: &Replay, st: &Replayed, bad: &[bool]) -> Option<Pattern
         "fwd.h" => (&rp.plans.gemm1, rp.x_rows.clone(), &rp.w13, false, stg.h),
         "fwd.o" => (&rp.plans.gemm2, rp.src("fwd.a")?, &rp.w2, false, stg.o),
         "bwd.da" => (&rp.plans.dgrad2, rp.src("bwd.do")?, &rp.w2, true, stg.da),
-        "bwd.dx_rows" => (
-            &rp.plans.dgrad1,
-            rp.src("bwd.dh")?,
-            &rp.w13,
-            true,
-            stg.dx_rows,
-        ),
+        "bwd.dx_rows" => (&rp.plans.dgrad1, rp.src("bwd.dh")?, &rp.w13, true, stg.dx_rows),
         _ => return None,
     };
     if plan.a.is_none() && plan.b.is_none() {
@@ -369,28 +293,14 @@ fn gemm_alternatives(rp: &Replay, st: &Replayed, bad: &[bool]) -> Option<Pattern
             let b = w.expert(e, transpose);
             let raw = alt_raw(plan, model, a.v.slice(s![r.clone(), ..]), b.v.view(), fix)?;
             let zeros = Array2::zeros(raw.dim());
-            out.slice_mut(s![r, ..])
-                .assign(&store(raw, zeros, storage).v);
+            out.slice_mut(s![r, ..]).assign(&store(raw, zeros, storage).v);
         }
         Some(out.into_iter().collect())
     };
-    let fits = |alt: &[f64]| {
-        explains(&st.got, bad, |i| {
-            Some((alt[i], 0.25 * bd[i] + 2.0 * u * alt[i].abs()))
-        })
-    };
+    let fits = |alt: &[f64]| explains(&st.got, bad, |i| Some((alt[i], 0.25 * bd[i] + 2.0 * u * alt[i].abs())));
 
-    if let Model::TensorCore(
-        tc @ TensorCore {
-            promote_every: Some(_),
-            ..
-        },
-    ) = plan.model
-    {
-        let fast = Model::TensorCore(TensorCore {
-            promote_every: None,
-            ..tc
-        });
+    if let Model::TensorCore(tc @ TensorCore { promote_every: Some(_), .. }) = plan.model {
+        let fast = Model::TensorCore(TensorCore { promote_every: None, ..tc });
         if let Some(alt) = compute(&fast, None) {
             if fits(&alt) {
                 return Some(Pattern {
@@ -401,50 +311,17 @@ fn gemm_alternatives(rp: &Replay, st: &Replayed, bad: &[bool]) -> Option<Pattern
         }
     }
     let fixes = [
-        (
-            true,
-            ScaleFix::Transpose,
-            "scale-block-transposed",
-            "the weight's scale tiles are read transposed",
-        ),
-        (
-            true,
-            ScaleFix::ShiftK(1),
-            "scale-block-off-by-one",
-            "the weight's scale blocks are read one block too far along K",
-        ),
-        (
-            true,
-            ScaleFix::ShiftK(-1),
-            "scale-block-off-by-one",
-            "the weight's scale blocks are read one block too early along K",
-        ),
-        (
-            false,
-            ScaleFix::ShiftK(1),
-            "scale-block-off-by-one",
-            "the activation's scale blocks are read one block too far along K",
-        ),
-        (
-            false,
-            ScaleFix::ShiftK(-1),
-            "scale-block-off-by-one",
-            "the activation's scale blocks are read one block too early along K",
-        ),
-        (
-            false,
-            ScaleFix::Transpose,
-            "scale-block-transposed",
-            "the activation's scale blocks are read transposed",
-        ),
+        (true, ScaleFix::Transpose, "scale-block-transposed", "the weight's scale tiles are read transposed"),
+        (true, ScaleFix::ShiftK(1), "scale-block-off-by-one", "the weight's scale blocks are read one block too far along K"),
+        (true, ScaleFix::ShiftK(-1), "scale-block-off-by-one", "the weight's scale blocks are read one block too early along K"),
+        (false, ScaleFix::ShiftK(1), "scale-block-off-by-one", "the activation's scale blocks are read one block too far along K"),
+        (false, ScaleFix::ShiftK(-1), "scale-block-off-by-one", "the activation's scale blocks are read one block too early along K"),
+        (false, ScaleFix::Transpose, "scale-block-transposed", "the activation's scale blocks are read transposed"),
     ];
     for (on_b, fix, name, what) in fixes {
         if let Some(alt) = compute(&plan.model, Some((on_b, fix))) {
             if fits(&alt) {
-                return Some(Pattern {
-                    name,
-                    detail: format!("{}: {what}", st.name),
-                });
+                return Some(Pattern { name, detail: format!("{}: {what}", st.name) });
             }
         }
     }

@@ -30,23 +30,9 @@ pub fn ratio_grid(st: &Replayed, rows: &RowMap, topk_ids: &Array2<i32>) -> Array
         }
     };
     let lead: usize = shape[1..shape.len() - 1].iter().product::<usize>().max(1) * width;
-    for (i, ((&g, &x), &b)) in st
-        .got
-        .iter()
-        .zip(st.exact.iter())
-        .zip(st.bound.iter())
-        .enumerate()
-    {
+    for (i, ((&g, &x), &b)) in st.got.iter().zip(st.exact.iter()).zip(st.bound.iter()).enumerate() {
         let err = (g - x).abs();
-        let ratio = if !err.is_finite() {
-            f64::INFINITY
-        } else if err == 0.0 {
-            0.0
-        } else if b > 0.0 {
-            err / b
-        } else {
-            f64::INFINITY
-        };
+        let ratio = if !err.is_finite() { f64::INFINITY } else if err == 0.0 { 0.0 } else if b > 0.0 { err / b } else { f64::INFINITY };
         let blk = (i % width) / per;
         let first = i / lead;
         match st.name {
@@ -78,19 +64,11 @@ fn colour(r: f64) -> [u8; 3] {
     if r.is_infinite() {
         return [255, 0, 255];
     }
-    let l = if r > 0.0 {
-        r.log10().clamp(-3.0, 3.0)
-    } else {
-        -3.0
-    };
+    let l = if r > 0.0 { r.log10().clamp(-3.0, 3.0) } else { -3.0 };
     if l <= 0.0 {
         // -3 (tight) .. 0 (at the bound): dark blue to light blue.
         let f = (l + 3.0) / 3.0;
-        [
-            (20.0 + 150.0 * f) as u8,
-            (40.0 + 170.0 * f) as u8,
-            (120.0 + 135.0 * f) as u8,
-        ]
+        [(20.0 + 150.0 * f) as u8, (40.0 + 170.0 * f) as u8, (120.0 + 135.0 * f) as u8]
     } else {
         // 0 .. 3: yellow to red.
         let f = l / 3.0;
@@ -118,11 +96,7 @@ fn crc32(bytes: &[u8]) -> u32 {
     for &b in bytes {
         c ^= b as u32;
         for _ in 0..8 {
-            c = if c & 1 != 0 {
-                0xEDB8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
+            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
         }
     }
     !c
@@ -145,11 +119,7 @@ pub fn encode_png(w: usize, h: usize, rgb: &[u8]) -> Vec<u8> {
         raw.extend_from_slice(&rgb[y * 3 * w..(y + 1) * 3 * w]);
     }
     let mut z = vec![0x78, 0x01];
-    let chunks: Vec<&[u8]> = if raw.is_empty() {
-        vec![&[][..]]
-    } else {
-        raw.chunks(65535).collect()
-    };
+    let chunks: Vec<&[u8]> = if raw.is_empty() { vec![&[][..]] } else { raw.chunks(65535).collect() };
     for (i, c) in chunks.iter().enumerate() {
         z.push(u8::from(i + 1 == chunks.len()));
         let n = c.len() as u16;
@@ -177,12 +147,7 @@ pub fn encode_png(w: usize, h: usize, rgb: &[u8]) -> Vec<u8> {
 }
 
 /// Write the heat map of a stage to `path`.
-pub fn write_plot(
-    path: &Path,
-    st: &Replayed,
-    rows: &RowMap,
-    topk_ids: &Array2<i32>,
-) -> std::io::Result<()> {
+pub fn write_plot(path: &Path, st: &Replayed, rows: &RowMap, topk_ids: &Array2<i32>) -> std::io::Result<()> {
     let grid = ratio_grid(st, rows, topk_ids);
     let (w, h, px) = render(&grid);
     let tmp = tempfile::Builder::new()
@@ -212,10 +177,7 @@ mod tests {
     fn colours_separate_pass_fail_and_nonfinite() {
         assert_eq!(colour(f64::INFINITY), [255, 0, 255]);
         assert_eq!(colour(1000.0), [255, 0, 0]);
-        assert!(
-            colour(0.5)[2] > 200 && colour(0.5)[0] < 200,
-            "within bound is blue"
-        );
+        assert!(colour(0.5)[2] > 200 && colour(0.5)[0] < 200, "within bound is blue");
         assert_eq!(colour(f64::NAN), [160, 160, 160]);
     }
 }

@@ -9,10 +9,8 @@
 //! [`moe_reference::emulate::act_bound`]).
 
 use moe_reference::accum::Model;
-use moe_reference::emulate::stage::{
-    self, accumulation_coefficient, dot_bound, gemm_stage, store, underflow_term, GemmPlan,
-};
 use moe_reference::emulate::{act_bound, through_emulation};
+use moe_reference::emulate::stage::{self, accumulation_coefficient, dot_bound, gemm_stage, store, underflow_term, GemmPlan};
 use moe_reference::exact::small_dot;
 use moe_reference::gemm::{self, Engine};
 use moe_reference::layer::named_tensor;
@@ -42,39 +40,16 @@ impl Src {
     pub fn input(x: &Array2<f64>, st: Storage) -> Src {
         let v = x.mapv(|e| st.round(e));
         let b = Zip::from(x).and(&v).map_collect(|&x, &v| (x - v).abs());
-        Src {
-            v,
-            b,
-            x: x.clone(),
-            from_candidate: false,
-            known: true,
-        }
+        Src { v, b, x: x.clone(), from_candidate: false, known: true }
     }
 
-    fn rows(
-        &self,
-        r: std::ops::Range<usize>,
-    ) -> (
-        ArrayView2<'_, f64>,
-        ArrayView2<'_, f64>,
-        ArrayView2<'_, f64>,
-    ) {
-        (
-            self.v.slice(s![r.clone(), ..]),
-            self.b.slice(s![r.clone(), ..]),
-            self.x.slice(s![r, ..]),
-        )
+    fn rows(&self, r: std::ops::Range<usize>) -> (ArrayView2<'_, f64>, ArrayView2<'_, f64>, ArrayView2<'_, f64>) {
+        (self.v.slice(s![r.clone(), ..]), self.b.slice(s![r.clone(), ..]), self.x.slice(s![r, ..]))
     }
 
     fn t(&self) -> Src {
         let t = |a: &Array2<f64>| a.t().as_standard_layout().into_owned();
-        Src {
-            v: t(&self.v),
-            b: t(&self.b),
-            x: t(&self.x),
-            from_candidate: self.from_candidate,
-            known: self.known,
-        }
+        Src { v: t(&self.v), b: t(&self.b), x: t(&self.x), from_candidate: self.from_candidate, known: self.known }
     }
 }
 
@@ -102,13 +77,7 @@ impl Src3 {
                 m.to_owned()
             }
         };
-        Src {
-            v: get(&self.v),
-            b: get(&self.b),
-            x: get(&self.x),
-            from_candidate: false,
-            known: true,
-        }
+        Src { v: get(&self.v), b: get(&self.b), x: get(&self.x), from_candidate: false, known: true }
     }
 }
 
@@ -187,56 +156,30 @@ fn gemm_bounded(
     // Zero operand deviations, as broadcasts (the stage then makes no zero arrays of operand size).
     let zero = Array2::<f64>::zeros((1, 1));
     let zeros = |dim| zero.broadcast(dim).expect("a 1x1 array broadcasts");
-    let res = stage::gemm_stage_with(
-        plan,
-        a,
-        ab,
-        Some(zeros(a.dim())),
-        b,
-        bb,
-        Some(zeros(b.dim())),
-        st,
-    );
+    let res = stage::gemm_stage_with(plan, a, ab, Some(zeros(a.dim())), b, bb, Some(zeros(b.dim())), st);
     let dev = res.dev.expect("deviations were requested");
     let out = res.out;
     let mut bound = out.b.clone();
-    Zip::from(&mut bound)
-        .and(&out.v)
-        .and(exact)
-        .and(&dev)
-        .for_each(|o, &v, &x, &d| {
-            let through = through_emulation(v, x, d);
-            if through < *o {
-                *o = through;
-            }
-        });
+    Zip::from(&mut bound).and(&out.v).and(exact).and(&dev).for_each(|o, &v, &x, &d| {
+        let through = through_emulation(v, x, d);
+        if through < *o {
+            *o = through;
+        }
+    });
     (out, bound)
 }
 
 impl<'a> Replay<'a> {
     pub fn new(ctx: &'a Context) -> Result<Replay<'a>, CliError> {
         let mut plans = Plans::parse(&ctx.recipe)?;
-        for p in [
-            &mut plans.gemm1,
-            &mut plans.gemm2,
-            &mut plans.dgrad2,
-            &mut plans.wgrad2,
-            &mut plans.dgrad1,
-            &mut plans.wgrad1,
-        ] {
+        for p in [&mut plans.gemm1, &mut plans.gemm2, &mut plans.dgrad2, &mut plans.wgrad2, &mut plans.dgrad1, &mut plans.wgrad1] {
             p.same_schedule = ctx.same_schedule;
         }
         let st = &ctx.recipe.storage;
         let inp = &ctx.case.inputs;
         let rows = &ctx.exact_fwd.rows;
         let x = Src::input(&inp.x, st.inputs);
-        let x_rows = Src {
-            v: rows.gather(x.v.view()),
-            b: rows.gather(x.b.view()),
-            x: rows.gather(x.x.view()),
-            from_candidate: false,
-            known: true,
-        };
+        let x_rows = Src { v: rows.gather(x.v.view()), b: rows.gather(x.b.view()), x: rows.gather(x.x.view()), from_candidate: false, known: true };
         let mut weights = Src::input(&ctx.exact_fwd.topk_weights, st.weights);
         if ctx.exact_fwd.routed.is_some() {
             // As the emulator: a kernel that routes itself computes its weights in f32.
@@ -259,33 +202,13 @@ impl<'a> Replay<'a> {
     pub fn src(&self, name: &str) -> Option<Src> {
         if let Some(c) = self.ctx.cand.get2(name) {
             let v = c.to_owned();
-            return Some(Src {
-                b: Array2::zeros(v.dim()),
-                x: v.clone(),
-                v,
-                from_candidate: true,
-                known: true,
-            });
+            return Some(Src { b: Array2::zeros(v.dim()), x: v.clone(), v, from_candidate: true, known: true });
         }
         let em = &self.ctx.em;
-        let v = named_tensor(&em.fwd, em.bwd.as_ref(), name)?
-            .into_dimensionality()
-            .ok()?
-            .to_owned();
-        let b = em
-            .bound(name)?
-            .view()
-            .into_dimensionality()
-            .ok()?
-            .mapv(f64::from);
+        let v = named_tensor(&em.fwd, em.bwd.as_ref(), name)?.into_dimensionality().ok()?.to_owned();
+        let b = em.bound(name)?.view().into_dimensionality().ok()?.mapv(f64::from);
         let x = self.ctx.exact(name)?.into_dimensionality().ok()?.to_owned();
-        Some(Src {
-            v,
-            b,
-            x,
-            from_candidate: false,
-            known: false,
-        })
+        Some(Src { v, b, x, from_candidate: false, known: false })
     }
 
     fn kappa(&self, n: usize) -> f64 {
@@ -293,15 +216,7 @@ impl<'a> Replay<'a> {
     }
 
     /// Per-expert row GEMM `out_e = a_e · B_eᵀ`: (bound, exact) [M, width].
-    fn rows_gemm(
-        &self,
-        plan: &GemmPlan,
-        st: Storage,
-        a: &Src,
-        w: &Src3,
-        transpose: bool,
-        width: usize,
-    ) -> (Array2<f64>, Array2<f64>, Array2<f64>) {
+    fn rows_gemm(&self, plan: &GemmPlan, st: Storage, a: &Src, w: &Src3, transpose: bool, width: usize) -> (Array2<f64>, Array2<f64>, Array2<f64>) {
         let rows = &self.ctx.exact_fwd.rows;
         let m = rows.rows();
         let mut bound = Array2::zeros((m, width));
@@ -324,14 +239,7 @@ impl<'a> Replay<'a> {
     }
 
     /// Per-expert weight gradient `g_e = Aᵀ_e · Bᵀ_e` over the expert's rows: (bound, exact) [E, p, q].
-    fn weight_gemm(
-        &self,
-        plan: &GemmPlan,
-        a: &Src,
-        b: &Src,
-        p: usize,
-        q: usize,
-    ) -> (Array3<f64>, Array3<f64>, Array3<f64>) {
+    fn weight_gemm(&self, plan: &GemmPlan, a: &Src, b: &Src, p: usize, q: usize) -> (Array3<f64>, Array3<f64>, Array3<f64>) {
         let rows = &self.ctx.exact_fwd.rows;
         let st = self.ctx.recipe.storage.grad_w;
         let e_n = rows.experts;
@@ -342,25 +250,14 @@ impl<'a> Replay<'a> {
             let r = rows.expert_rows(e);
             if r.is_empty() {
                 // No rows: the exact gradient is zero, and so must the kernel's be (up to underflow).
-                bound
-                    .index_axis_mut(Axis(0), e)
-                    .fill(underflow_term(0) + st.underflow());
+                bound.index_axis_mut(Axis(0), e).fill(underflow_term(0) + st.underflow());
                 continue;
             }
             let (av, ab, ax) = a.rows(r.clone());
             let (bv, bb, bx) = b.rows(r);
             let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
             let x = gemm::matmul_nt(ax.t(), bx.t());
-            let (out, bnd) = gemm_bounded(
-                plan,
-                t(av).view(),
-                t(ab).view(),
-                t(bv).view(),
-                t(bb).view(),
-                st,
-                a.known && b.known,
-                &x,
-            );
+            let (out, bnd) = gemm_bounded(plan, t(av).view(), t(ab).view(), t(bv).view(), t(bb).view(), st, a.known && b.known, &x);
             bound.index_axis_mut(Axis(0), e).assign(&bnd);
             emulated.index_axis_mut(Axis(0), e).assign(&out.v);
             exact.index_axis_mut(Axis(0), e).assign(&x);
@@ -372,16 +269,8 @@ impl<'a> Replay<'a> {
     /// bound, and its exact reference; None when the case gives its routing.
     fn dlogits(&self, gtw: &Src) -> Option<(Src, Array2<f64>)> {
         let ctx = self.ctx;
-        let (routed, rcfg, lg) = (
-            ctx.exact_fwd.routed.as_ref()?,
-            ctx.case.inputs.cfg.routing.as_ref()?,
-            ctx.exact_fwd.logits.as_ref()?,
-        );
-        let (t_n, k, e_n) = (
-            ctx.case.inputs.cfg.tokens,
-            ctx.case.inputs.cfg.top_k,
-            ctx.case.inputs.cfg.experts,
-        );
+        let (routed, rcfg, lg) = (ctx.exact_fwd.routed.as_ref()?, ctx.case.inputs.cfg.routing.as_ref()?, ctx.exact_fwd.logits.as_ref()?);
+        let (t_n, k, e_n) = (ctx.case.inputs.cfg.tokens, ctx.case.inputs.cfg.top_k, ctx.case.inputs.cfg.experts);
         let dl_v = route::backward(rcfg, routed, lg.view(), gtw.v.view());
         let dl_x = route::backward(rcfg, routed, lg.view(), gtw.x.view());
         let mut dl_b = Array2::<f64>::zeros((t_n, e_n));
@@ -400,26 +289,11 @@ impl<'a> Replay<'a> {
         }
         let dl_b = dl_b * (1.0 + 1e-12) + mag * (64.0 * 2f64.powi(-24)) + 2f64.powi(-140);
         let dl = store(dl_v, dl_b, Storage::F32);
-        Some((
-            Src {
-                v: dl.v,
-                b: dl.b,
-                x: dl_x.clone(),
-                from_candidate: gtw.from_candidate,
-                known: false,
-            },
-            dl_x,
-        ))
+        Some((Src { v: dl.v, b: dl.b, x: dl_x.clone(), from_candidate: gtw.from_candidate, known: false }, dl_x))
     }
 
     fn f32_plan() -> GemmPlan {
-        GemmPlan {
-            name: "router",
-            model: Model::F32Fma,
-            a: None,
-            b: None,
-            same_schedule: false,
-        }
+        GemmPlan { name: "router", model: Model::F32Fma, a: None, b: None, same_schedule: false }
     }
 
     /// Replay one stage, when the candidate holds its output (and the case allows it).
@@ -431,10 +305,7 @@ impl<'a> Replay<'a> {
         let rows = &ctx.exact_fwd.rows;
         let (hd, id, k) = (cfg.hidden, cfg.intermediate, cfg.top_k);
         let m = rows.rows();
-        let done_em = |exact: Array2<f64>,
-                       bound: Array2<f64>,
-                       inputs: Vec<(&'static str, bool)>,
-                       emulated: Option<Array2<f64>>| Replayed {
+        let done_em = |exact: Array2<f64>, bound: Array2<f64>, inputs: Vec<(&'static str, bool)>, emulated: Option<Array2<f64>>| Replayed {
             name,
             got: got.clone(),
             exact: exact.into_dyn(),
@@ -442,13 +313,8 @@ impl<'a> Replay<'a> {
             inputs,
             emulated: emulated.map(|e| e.into_dyn()),
         };
-        let done = |exact: Array2<f64>, bound: Array2<f64>, inputs: Vec<(&'static str, bool)>| {
-            done_em(exact, bound, inputs, None)
-        };
-        let done3 = |exact: Array3<f64>,
-                     bound: Array3<f64>,
-                     inputs: Vec<(&'static str, bool)>,
-                     emulated: Array3<f64>| Replayed {
+        let done = |exact: Array2<f64>, bound: Array2<f64>, inputs: Vec<(&'static str, bool)>| done_em(exact, bound, inputs, None);
+        let done3 = |exact: Array3<f64>, bound: Array3<f64>, inputs: Vec<(&'static str, bool)>, emulated: Array3<f64>| Replayed {
             name,
             got: got.clone(),
             exact: exact.into_dyn(),
@@ -458,14 +324,7 @@ impl<'a> Replay<'a> {
         };
         match name {
             "fwd.h" => {
-                let (b, x, v) = self.rows_gemm(
-                    &self.plans.gemm1,
-                    st.h,
-                    &self.x_rows,
-                    &self.w13,
-                    false,
-                    2 * id,
-                );
+                let (b, x, v) = self.rows_gemm(&self.plans.gemm1, st.h, &self.x_rows, &self.w13, false, 2 * id);
                 Some(done_em(x, b, vec![], Some(v)))
             }
             "fwd.a" => {
@@ -475,25 +334,14 @@ impl<'a> Replay<'a> {
                 let mut exact = Array2::zeros((m, id));
                 for r in 0..m {
                     for c in 0..id {
-                        let (v, b) = act_bound::forward(
-                            cfg.activation,
-                            h.v[[r, c]],
-                            h.b[[r, c]],
-                            h.v[[r, id + c]],
-                            h.b[[r, id + c]],
-                        );
+                        let (v, b) = act_bound::forward(cfg.activation, h.v[[r, c]], h.b[[r, c]], h.v[[r, id + c]], h.b[[r, id + c]]);
                         raw[[r, c]] = v;
                         pre[[r, c]] = b;
                         exact[[r, c]] = act::forward(cfg.activation, h.x[[r, c]], h.x[[r, id + c]]);
                     }
                 }
                 let stored = store(raw, pre, st.a);
-                Some(done_em(
-                    exact,
-                    stored.b,
-                    vec![("fwd.h", h.from_candidate)],
-                    Some(stored.v),
-                ))
+                Some(done_em(exact, stored.b, vec![("fwd.h", h.from_candidate)], Some(stored.v)))
             }
             "fwd.o" => {
                 let a = self.src("fwd.a")?;
@@ -506,21 +354,11 @@ impl<'a> Replay<'a> {
                 let mut exact = Array2::zeros((cfg.tokens, hd));
                 let mut pre = Array2::zeros((cfg.tokens, hd));
                 for t in 0..cfg.tokens {
-                    let slots: Vec<(usize, usize)> = (0..k)
-                        .filter_map(|j| rows.slot_row[t * k + j].map(|r| (j, r)))
-                        .collect();
+                    let slots: Vec<(usize, usize)> = (0..k).filter_map(|j| rows.slot_row[t * k + j].map(|r| (j, r))).collect();
                     for c in 0..hd {
-                        exact[[t, c]] =
-                            small_dot(slots.iter().map(|&(j, r)| (w.x[[t, j]], o.x[[r, c]])));
+                        exact[[t, c]] = small_dot(slots.iter().map(|&(j, r)| (w.x[[t, j]], o.x[[r, c]])));
                         pre[[t, c]] = dot_bound(
-                            slots.iter().map(|&(j, r)| {
-                                (
-                                    w.v[[t, j]].abs() + w.b[[t, j]],
-                                    w.b[[t, j]],
-                                    o.v[[r, c]].abs() + o.b[[r, c]],
-                                    o.b[[r, c]],
-                                )
-                            }),
+                            slots.iter().map(|&(j, r)| (w.v[[t, j]].abs() + w.b[[t, j]], w.b[[t, j]], o.v[[r, c]].abs() + o.b[[r, c]], o.b[[r, c]])),
                             self.kappa(slots.len()),
                             slots.len(),
                         );
@@ -529,8 +367,7 @@ impl<'a> Replay<'a> {
                 let bound = store(exact.clone(), pre, st.y).b;
                 Some(done(exact, bound, vec![("fwd.o", o.from_candidate)]))
             }
-            "bwd.do" | "bwd.dx_rows" | "bwd.da" | "bwd.dh" | "grad.topk_weights" | "grad.w2"
-            | "grad.w13" | "grad.x" | "grad.router.weight"
+            "bwd.do" | "bwd.dx_rows" | "bwd.da" | "bwd.dh" | "grad.topk_weights" | "grad.w2" | "grad.w13" | "grad.x" | "grad.router.weight"
                 if self.dy.is_none() =>
             {
                 None
@@ -538,13 +375,7 @@ impl<'a> Replay<'a> {
             "bwd.do" => {
                 // Only case inputs feed it: the check's comparison is the stage's.
                 let x = ctx.exact("bwd.do")?.into_dimensionality().ok()?.to_owned();
-                let b = ctx
-                    .em
-                    .bound("bwd.do")?
-                    .view()
-                    .into_dimensionality()
-                    .ok()?
-                    .mapv(f64::from);
+                let b = ctx.em.bound("bwd.do")?.view().into_dimensionality().ok()?.mapv(f64::from);
                 Some(done(x, b, vec![]))
             }
             "bwd.da" => {
@@ -560,41 +391,23 @@ impl<'a> Replay<'a> {
                 let mut exact = Array2::zeros((m, 2 * id));
                 for r in 0..m {
                     for c in 0..id {
-                        let ((dg, bg), (du, bu)) = act_bound::backward(
-                            cfg.activation,
-                            h.v[[r, c]],
-                            h.b[[r, c]],
-                            h.v[[r, id + c]],
-                            h.b[[r, id + c]],
-                            da.v[[r, c]],
-                            da.b[[r, c]],
-                        );
+                        let ((dg, bg), (du, bu)) =
+                            act_bound::backward(cfg.activation, h.v[[r, c]], h.b[[r, c]], h.v[[r, id + c]], h.b[[r, id + c]], da.v[[r, c]], da.b[[r, c]]);
                         raw[[r, c]] = dg;
                         pre[[r, c]] = bg;
                         raw[[r, id + c]] = du;
                         pre[[r, id + c]] = bu;
-                        let (eg, eu) = act::backward(
-                            cfg.activation,
-                            h.x[[r, c]],
-                            h.x[[r, id + c]],
-                            da.x[[r, c]],
-                        );
+                        let (eg, eu) = act::backward(cfg.activation, h.x[[r, c]], h.x[[r, id + c]], da.x[[r, c]]);
                         exact[[r, c]] = eg;
                         exact[[r, id + c]] = eu;
                     }
                 }
                 let stored = store(raw, pre, st.dh);
-                Some(done_em(
-                    exact,
-                    stored.b,
-                    vec![("fwd.h", h.from_candidate), ("bwd.da", da.from_candidate)],
-                    Some(stored.v),
-                ))
+                Some(done_em(exact, stored.b, vec![("fwd.h", h.from_candidate), ("bwd.da", da.from_candidate)], Some(stored.v)))
             }
             "bwd.dx_rows" => {
                 let dh = self.src("bwd.dh")?;
-                let (b, x, v) =
-                    self.rows_gemm(&self.plans.dgrad1, st.dx_rows, &dh, &self.w13, true, hd);
+                let (b, x, v) = self.rows_gemm(&self.plans.dgrad1, st.dx_rows, &dh, &self.w13, true, hd);
                 Some(done_em(x, b, vec![("bwd.dh", dh.from_candidate)], Some(v)))
             }
             "grad.topk_weights" => {
@@ -606,14 +419,7 @@ impl<'a> Replay<'a> {
                     for j in 0..k {
                         if let Some(r) = rows.slot_row[t * k + j] {
                             pre[[t, j]] = dot_bound(
-                                (0..hd).map(|c| {
-                                    (
-                                        dy.v[[t, c]].abs() + dy.b[[t, c]],
-                                        dy.b[[t, c]],
-                                        o.v[[r, c]].abs() + o.b[[r, c]],
-                                        o.b[[r, c]],
-                                    )
-                                }),
+                                (0..hd).map(|c| (dy.v[[t, c]].abs() + dy.b[[t, c]], dy.b[[t, c]], o.v[[r, c]].abs() + o.b[[r, c]], o.b[[r, c]])),
                                 self.kappa(hd),
                                 hd,
                             );
@@ -627,12 +433,7 @@ impl<'a> Replay<'a> {
                 let d = self.src("bwd.do")?;
                 let a = self.src("fwd.a")?;
                 let (b, x, v) = self.weight_gemm(&self.plans.wgrad2, &d, &a, hd, id);
-                Some(done3(
-                    x,
-                    b,
-                    vec![("bwd.do", d.from_candidate), ("fwd.a", a.from_candidate)],
-                    v,
-                ))
+                Some(done3(x, b, vec![("bwd.do", d.from_candidate), ("fwd.a", a.from_candidate)], v))
             }
             "grad.w13" => {
                 let dh = self.src("bwd.dh")?;
@@ -643,24 +444,8 @@ impl<'a> Replay<'a> {
                 let dx = self.src("bwd.dx_rows")?;
                 let gtw = self.src("grad.topk_weights")?;
                 let router = self.dlogits(&gtw).map(|(dl, dl_x)| {
-                    let rw = Src::input(
-                        ctx.case
-                            .inputs
-                            .router_weight
-                            .as_ref()
-                            .expect("routed cases have a router"),
-                        st.inputs,
-                    )
-                    .t();
-                    let rt = gemm_stage(
-                        &Self::f32_plan(),
-                        dl.v.view(),
-                        dl.b.view(),
-                        rw.v.view(),
-                        rw.b.view(),
-                        Storage::F32,
-                    )
-                    .out;
+                    let rw = Src::input(ctx.case.inputs.router_weight.as_ref().expect("routed cases have a router"), st.inputs).t();
+                    let rt = gemm_stage(&Self::f32_plan(), dl.v.view(), dl.b.view(), rw.v.view(), rw.b.view(), Storage::F32).out;
                     (rt, dl_x, rw.x)
                 });
                 let undispatch = |t: usize, c: usize, out: &mut Vec<(f64, f64)>| {
@@ -671,37 +456,22 @@ impl<'a> Replay<'a> {
                     }
                 };
                 let exact = match &router {
-                    Some((_, dl_x, rwt)) => gemm::matmul_nt_plus(
-                        Engine::default(),
-                        dl_x.view(),
-                        rwt.view(),
-                        Some(&undispatch),
-                    ),
+                    Some((_, dl_x, rwt)) => gemm::matmul_nt_plus(Engine::default(), dl_x.view(), rwt.view(), Some(&undispatch)),
                     None => {
                         let empty = Array2::<f64>::zeros((cfg.tokens, 0));
                         let none = Array2::<f64>::zeros((hd, 0));
-                        gemm::matmul_nt_plus(
-                            Engine::default(),
-                            empty.view(),
-                            none.view(),
-                            Some(&undispatch),
-                        )
+                        gemm::matmul_nt_plus(Engine::default(), empty.view(), none.view(), Some(&undispatch))
                     }
                 };
                 let mut pre = Array2::zeros((cfg.tokens, hd));
                 for t in 0..cfg.tokens {
                     let rs: Vec<usize> = (0..k).filter_map(|j| rows.slot_row[t * k + j]).collect();
                     for c in 0..hd {
-                        let mut terms: Vec<(f64, f64)> =
-                            rs.iter().map(|&r| (dx.v[[r, c]], dx.b[[r, c]])).collect();
+                        let mut terms: Vec<(f64, f64)> = rs.iter().map(|&r| (dx.v[[r, c]], dx.b[[r, c]])).collect();
                         if let Some((rt, _, _)) = &router {
                             terms.push((rt.v[[t, c]], rt.b[[t, c]]));
                         }
-                        pre[[t, c]] = dot_bound(
-                            terms.iter().map(|&(v, b)| (v.abs() + b, b, 1.0, 0.0)),
-                            self.kappa(terms.len()),
-                            terms.len(),
-                        );
+                        pre[[t, c]] = dot_bound(terms.iter().map(|&(v, b)| (v.abs() + b, b, 1.0, 0.0)), self.kappa(terms.len()), terms.len());
                     }
                 }
                 let bound = store(exact.clone(), pre, st.grad_x).b;
@@ -716,22 +486,9 @@ impl<'a> Replay<'a> {
                 let (dl, dl_x) = self.dlogits(&gtw)?;
                 let xt = self.x.t();
                 let dlt = dl.t();
-                let out = gemm_stage(
-                    &Self::f32_plan(),
-                    dlt.v.view(),
-                    dlt.b.view(),
-                    xt.v.view(),
-                    xt.b.view(),
-                    st.grad_w,
-                )
-                .out;
+                let out = gemm_stage(&Self::f32_plan(), dlt.v.view(), dlt.b.view(), xt.v.view(), xt.b.view(), st.grad_w).out;
                 let exact = gemm::matmul_nt(dl_x.t(), self.x.x.t());
-                Some(done_em(
-                    exact,
-                    out.b,
-                    vec![("grad.topk_weights", gtw.from_candidate)],
-                    Some(out.v),
-                ))
+                Some(done_em(exact, out.b, vec![("grad.topk_weights", gtw.from_candidate)], Some(out.v)))
             }
             _ => None,
         }

@@ -155,10 +155,7 @@ pub fn parse_args(args: &str, output: &Path) -> Result<GoldenArgs, clap::Error> 
 
 /// Lower-case hex SHA-256 of bytes.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Write every curated case into `dir` and `dir/MANIFEST.json`; returns the manifest.
@@ -169,8 +166,8 @@ pub fn regenerate(dir: &Path) -> Result<serde_json::Value, String> {
         let args = parse_args(entry.args, &path).map_err(|e| format!("{}: {e}", entry.file))?;
         let g = super::write_golden(&args).map_err(|e| format!("{}: {e}", entry.file))?;
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let config: serde_json::Value = serde_json::from_str(&g.metadata[crate::case::KEY_CONFIG])
-            .expect("the writer's own JSON");
+        let config: serde_json::Value =
+            serde_json::from_str(&g.metadata[crate::case::KEY_CONFIG]).expect("the writer's own JSON");
         cases.push(serde_json::json!({
             "file": entry.file,
             "args": args.canonical(&args.config().map_err(|e| e.to_string())?),

@@ -60,13 +60,9 @@ impl Scenario {
         let (t, h, e, k) = (cfg.tokens, cfg.hidden, cfg.experts, cfg.top_k);
         let fail = |why: String| Err(format!("--scenario {}: {why}", self.name()));
         match self {
-            Scenario::EmptyExperts if 2 * k > e => {
-                fail(format!("needs top-k <= experts/2 (top-k {k}, experts {e})"))
-            }
+            Scenario::EmptyExperts if 2 * k > e => fail(format!("needs top-k <= experts/2 (top-k {k}, experts {e})")),
             Scenario::ZeroChannel128 if t < 128 => fail(format!("needs --tokens >= 128 (got {t})")),
-            Scenario::ZeroChannel128 if k >= e => {
-                fail(format!("needs top-k < experts (top-k {k}, experts {e})"))
-            }
+            Scenario::ZeroChannel128 if k >= e => fail(format!("needs top-k < experts (top-k {k}, experts {e})")),
             Scenario::ZeroChannel128 if h < 2 => fail(format!("needs --hidden >= 2 (got {h})")),
             Scenario::RouterTies if e < 2 => fail(format!("needs at least 2 experts (got {e})")),
             _ => Ok(()),
@@ -122,13 +118,7 @@ pub fn draw(d: &Draw<'_>) -> Result<LayerInputs, String> {
     let cfg = d.cfg;
     let routing = cfg.routing.expect("presets always have a router");
     d.scenario.check_config(cfg)?;
-    let (t, h, i, e, k) = (
-        cfg.tokens,
-        cfg.hidden,
-        cfg.intermediate,
-        cfg.experts,
-        cfg.top_k,
-    );
+    let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
     let seed = d.seed;
 
     // Activations: a shared mean direction plus per-token noise, a few channels much larger.
@@ -139,9 +129,7 @@ pub fn draw(d: &Draw<'_>) -> Result<LayerInputs, String> {
     }
     // The mean leaves the outlier channels out: the router's popularity term reads x through the mean, and
     // an outlier channel there would make it as noisy as the popularity itself.
-    let mean: Vec<f64> = (0..h)
-        .map(|c| if chan[c] == 1.0 { normal(&mut g) } else { 0.0 })
-        .collect();
+    let mean: Vec<f64> = (0..h).map(|c| if chan[c] == 1.0 { normal(&mut g) } else { 0.0 }).collect();
     let mut g = stream(seed, "x");
     let mut x = Array2::from_shape_fn((t, h), |_| 0.0);
     for mut row in x.axis_iter_mut(Axis(0)) {
@@ -165,19 +153,11 @@ pub fn draw(d: &Draw<'_>) -> Result<LayerInputs, String> {
         Scenario::ZeroChannel128 => pop[0] = 0.0,
         _ => {}
     }
-    let mm: f64 = mean
-        .iter()
-        .map(|m| m * m)
-        .sum::<f64>()
-        .max(f64::MIN_POSITIVE);
+    let mm: f64 = mean.iter().map(|m| m * m).sum::<f64>().max(f64::MIN_POSITIVE);
     let mut g = stream(seed, "router.weight");
-    let mut rw = Array2::from_shape_fn((e, h), |(ex, c)| {
-        normal(&mut g) / (h as f64).sqrt() + pop[ex] * mean[c] / mm
-    });
+    let mut rw = Array2::from_shape_fn((e, h), |(ex, c)| normal(&mut g) / (h as f64).sqrt() + pop[ex] * mean[c] / mm);
     let mut g = stream(seed, "router.bias");
-    let mut bias = d
-        .router_bias
-        .then(|| Array1::from_shape_simple_fn(e, || 0.1 * normal(&mut g)));
+    let mut bias = d.router_bias.then(|| Array1::from_shape_simple_fn(e, || 0.1 * normal(&mut g)));
     if let Some(b) = bias.as_mut() {
         // Sigmoid scores saturate at 1, so a pinned logit alone cannot outrank another expert's score plus
         // its bias: pin the selection bias too (scores lie in (0, 1), the drawn biases near ±0.3 at most).
@@ -278,17 +258,11 @@ pub fn draw(d: &Draw<'_>) -> Result<LayerInputs, String> {
 /// The scenario's routing property, checked on the router's choice (before any slot is blanked).
 fn check_routing(scenario: Scenario, ids: &Array2<i32>, experts: usize) -> Result<(), String> {
     let fail = |why: String| {
-        Err(format!(
-            "--scenario {}: not achieved for this seed and shape ({why}); try another --seed",
-            scenario.name()
-        ))
+        Err(format!("--scenario {}: not achieved for this seed and shape ({why}); try another --seed", scenario.name()))
     };
     match scenario {
         Scenario::OneExpert => {
-            if let Some(tok) = ids
-                .outer_iter()
-                .position(|row| !row.iter().any(|&id| id == 0))
-            {
+            if let Some(tok) = ids.outer_iter().position(|row| !row.iter().any(|&id| id == 0)) {
                 return fail(format!("token {tok} does not route to expert 0"));
             }
         }
@@ -298,17 +272,10 @@ fn check_routing(scenario: Scenario, ids: &Array2<i32>, experts: usize) -> Resul
             }
         }
         Scenario::ZeroChannel128 => {
-            let on0: Vec<usize> = ids
-                .outer_iter()
-                .enumerate()
-                .filter(|(_, row)| row.iter().any(|&id| id == 0))
-                .map(|(t, _)| t)
-                .collect();
+            let on0: Vec<usize> =
+                ids.outer_iter().enumerate().filter(|(_, row)| row.iter().any(|&id| id == 0)).map(|(t, _)| t).collect();
             if on0.len() != 128 || on0.last().is_some_and(|&t| t != 127) {
-                return fail(format!(
-                    "expert 0 got {} tokens, not the first 128",
-                    on0.len()
-                ));
+                return fail(format!("expert 0 got {} tokens, not the first 128", on0.len()));
             }
         }
         _ => {}
@@ -345,25 +312,16 @@ mod tests {
     #[test]
     fn drawn_inputs_are_stored_values_and_reproducible() {
         let out = std::path::Path::new("unused.safetensors");
-        let args = curated::parse_args(
-            "--preset deepseek-v3 --hidden 16 --intermediate 8 --experts 16 --tokens 8",
-            out,
-        )
-        .unwrap();
+        let args =
+            curated::parse_args("--preset deepseek-v3 --hidden 16 --intermediate 8 --experts 16 --tokens 8", out)
+                .unwrap();
         let (a, b) = (generate(&args).unwrap(), generate(&args).unwrap());
-        let bits =
-            |g: &crate::golden::Golden| g.forward.y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let bits = |g: &crate::golden::Golden| g.forward.y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&a), bits(&b));
         // Every input is a bf16 value (the oracle ran on exactly what the file stores).
         let i = &a.inputs;
-        let all =
-            i.x.iter()
-                .chain(i.w13.iter())
-                .chain(i.w2.iter())
-                .chain(i.dy.as_ref().unwrap().iter());
-        let all = all
-            .chain(i.router_weight.as_ref().unwrap().iter())
-            .chain(i.router_bias.as_ref().unwrap().iter());
+        let all = i.x.iter().chain(i.w13.iter()).chain(i.w2.iter()).chain(i.dy.as_ref().unwrap().iter());
+        let all = all.chain(i.router_weight.as_ref().unwrap().iter()).chain(i.router_bias.as_ref().unwrap().iter());
         for &v in all {
             assert_eq!(to_bf16(v).to_f64(), v);
         }

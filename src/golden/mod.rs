@@ -103,16 +103,7 @@ pub enum GoldenError {
         "golden --preset {preset}: T={t} H={h} I={i} E={e} k={k} needs about {need:.1} GiB (estimate), more than \
          --max-memory-gib {limit}; shrink it with --tokens/--hidden/--intermediate/--experts or raise the limit"
     )]
-    TooLarge {
-        preset: &'static str,
-        t: usize,
-        h: usize,
-        i: usize,
-        e: usize,
-        k: usize,
-        need: f64,
-        limit: f64,
-    },
+    TooLarge { preset: &'static str, t: usize, h: usize, i: usize, e: usize, k: usize, need: f64, limit: f64 },
     /// Writing the file failed.
     #[error("writing {}: {source}", .path.display())]
     Write { path: PathBuf, source: CaseError },
@@ -133,26 +124,15 @@ impl GoldenArgs {
             recipe: self.recipe.name().to_string(),
             ep_ranks: self.ep_ranks,
         };
-        let bad = |why: String| GoldenError::Args {
-            preset: self.preset.name(),
-            why,
-        };
+        let bad = |why: String| GoldenError::Args { preset: self.preset.name(), why };
         cfg.validate().map_err(|e| bad(e.to_string()))?;
         let need = size::estimate_bytes(&cfg);
         let limit = self.max_memory_gib;
         if !(limit.is_finite() && limit >= 0.0) {
-            return Err(bad(format!(
-                "--max-memory-gib must be a finite number >= 0 (got {limit})"
-            )));
+            return Err(bad(format!("--max-memory-gib must be a finite number >= 0 (got {limit})")));
         }
         if size::gib(need) > limit {
-            let (t, h, i, e, k) = (
-                cfg.tokens,
-                cfg.hidden,
-                cfg.intermediate,
-                cfg.experts,
-                cfg.top_k,
-            );
+            let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
             return Err(GoldenError::TooLarge {
                 preset: self.preset.name(),
                 t,
@@ -219,23 +199,14 @@ impl Stages {
     fn line(&self, n: usize, what: &str) {
         if self.on {
             let s = self.start.elapsed().as_secs_f64();
-            let _ = writeln!(
-                std::io::stderr(),
-                "moe-oracle golden: [{n}/4] {what} ({s:.1} s)"
-            );
+            let _ = writeln!(std::io::stderr(), "moe-oracle golden: [{n}/4] {what} ({s:.1} s)");
         }
     }
 }
 
 /// Draw the inputs and run the oracle (no file is touched).
 pub fn generate(args: &GoldenArgs) -> Result<Golden, GoldenError> {
-    generate_with_progress(
-        args,
-        &Stages {
-            on: false,
-            start: Instant::now(),
-        },
-    )
+    generate_with_progress(args, &Stages { on: false, start: Instant::now() })
 }
 
 fn generate_with_progress(args: &GoldenArgs, stages: &Stages) -> Result<Golden, GoldenError> {
@@ -249,16 +220,11 @@ fn generate_with_progress(args: &GoldenArgs, stages: &Stages) -> Result<Golden, 
         seed: args.seed,
         storage: args.recipe.storage(),
     };
-    let inputs = inputs::draw(&draw).map_err(|why| GoldenError::Args {
-        preset: args.preset.name(),
-        why,
-    })?;
+    let inputs = inputs::draw(&draw).map_err(|why| GoldenError::Args { preset: args.preset.name(), why })?;
     // The generator's own output must be a valid case; a failure here is a bug, reported as one line.
-    case::validate_inputs(&inputs, case::ReadOptions::default()).map_err(|e| {
-        GoldenError::Args {
-            preset: args.preset.name(),
-            why: format!("internal: drawn inputs invalid: {e}"),
-        }
+    case::validate_inputs(&inputs, case::ReadOptions::default()).map_err(|e| GoldenError::Args {
+        preset: args.preset.name(),
+        why: format!("internal: drawn inputs invalid: {e}"),
     })?;
     stages.line(2, "forward (exact oracle)");
     let opt = Options::default();
@@ -270,16 +236,11 @@ fn generate_with_progress(args: &GoldenArgs, stages: &Stages) -> Result<Golden, 
     let emulated = if args.recipe == Recipe::Fp32 {
         None
     } else {
-        let r = moe_reference::recipe::Recipe::named(args.recipe.name())
-            .expect("golden recipes are named recipes");
-        Some(
-            moe_reference::emulate::run_with(&inputs, &r, opt, false).map_err(|e| {
-                GoldenError::Args {
-                    preset: args.preset.name(),
-                    why: format!("internal: emulating {}: {e}", args.recipe.name()),
-                }
-            })?,
-        )
+        let r = moe_reference::recipe::Recipe::named(args.recipe.name()).expect("golden recipes are named recipes");
+        Some(moe_reference::emulate::run_with(&inputs, &r, opt, false).map_err(|e| GoldenError::Args {
+            preset: args.preset.name(),
+            why: format!("internal: emulating {}: {e}", args.recipe.name()),
+        })?)
     };
 
     let mut metadata = BTreeMap::new();
@@ -290,15 +251,7 @@ fn generate_with_progress(args: &GoldenArgs, stages: &Stages) -> Result<Golden, 
     metadata.insert("moe.golden.seed".into(), args.seed.to_string());
     metadata.insert("moe.golden.scenario".into(), args.scenario.name().into());
     metadata.insert("moe.golden.args".into(), args.canonical(&cfg).join(" "));
-    Ok(Golden {
-        inputs,
-        forward,
-        backward,
-        recipe: args.recipe,
-        intermediates: args.intermediates,
-        metadata,
-        emulated,
-    })
+    Ok(Golden { inputs, forward, backward, recipe: args.recipe, intermediates: args.intermediates, metadata, emulated })
 }
 
 impl Golden {
@@ -308,9 +261,7 @@ impl Golden {
     pub fn tensors(&self) -> Result<Vec<(String, TensorData<'_>)>, CaseError> {
         let mut out = case::case_tensors(&self.inputs, self.recipe.storage());
         let routed = self.inputs.topk_ids.is_none();
-        for (name, t) in
-            case::output_tensors(&self.forward, Some(&self.backward), self.intermediates)?
-        {
+        for (name, t) in case::output_tensors(&self.forward, Some(&self.backward), self.intermediates)? {
             match name.as_str() {
                 "topk_ids" | "topk_weights" if routed => {
                     if self.intermediates {
@@ -327,17 +278,10 @@ impl Golden {
                 if !self.intermediates && (name.starts_with("fwd.") || name.starts_with("bwd.")) {
                     continue;
                 }
-                if let Some(v) = moe_reference::layer::named_tensor(&em.fwd, em.bwd.as_ref(), name)
-                {
-                    out.push((
-                        format!("emulated.{name}"),
-                        TensorData::F32(v.mapv(|x| x as f32).into()),
-                    ));
+                if let Some(v) = moe_reference::layer::named_tensor(&em.fwd, em.bwd.as_ref(), name) {
+                    out.push((format!("emulated.{name}"), TensorData::F32(v.mapv(|x| x as f32).into())));
                 }
-                out.push((
-                    format!("bound.{name}"),
-                    TensorData::F32(bound.clone().into()),
-                ));
+                out.push((format!("bound.{name}"), TensorData::F32(bound.clone().into())));
             }
         }
         Ok(out)
@@ -345,10 +289,7 @@ impl Golden {
 
     /// Write the case atomically (nothing is left behind on failure).
     pub fn write(&self, path: &Path) -> Result<(), GoldenError> {
-        let err = |source| GoldenError::Write {
-            path: path.to_path_buf(),
-            source,
-        };
+        let err = |source| GoldenError::Write { path: path.to_path_buf(), source };
         let tensors = self.tensors().map_err(err)?;
         case::write_tensors(path, &self.metadata, &tensors).map_err(err)
     }
@@ -356,10 +297,7 @@ impl Golden {
 
 /// Generate and write one golden case to `args.output`.
 pub fn write_golden(args: &GoldenArgs) -> Result<Golden, GoldenError> {
-    let stages = Stages {
-        on: !args.quiet && std::io::stderr().is_terminal(),
-        start: Instant::now(),
-    };
+    let stages = Stages { on: !args.quiet && std::io::stderr().is_terminal(), start: Instant::now() };
     let g = generate_with_progress(args, &stages)?;
     stages.line(4, &format!("writing {}", args.output.display()));
     g.write(&args.output)?;
@@ -373,9 +311,7 @@ pub fn run_cli(args: &GoldenArgs) -> Result<(), crate::cli::CliError> {
     let g = write_golden(args)?;
     let c = &g.inputs.cfg;
     let rows = g.forward.rows.rows();
-    let busy = (0..c.experts)
-        .filter(|&e| !g.forward.rows.expert_rows(e).is_empty())
-        .count();
+    let busy = (0..c.experts).filter(|&e| !g.forward.rows.expert_rows(e).is_empty()).count();
     let mut o = std::io::stdout().lock();
     let _ = writeln!(o, "moe-oracle golden {}", g.metadata["moe.golden.args"]);
     let _ = writeln!(

@@ -34,12 +34,7 @@ pub struct PresetLayer {
 }
 
 fn softmax(normalize_topk: bool) -> Routing {
-    Routing {
-        score: Score::Softmax,
-        normalize_topk,
-        scaling: 1.0,
-        groups: None,
-    }
+    Routing { score: Score::Softmax, normalize_topk, scaling: 1.0, groups: None }
 }
 
 impl Preset {
@@ -72,36 +67,18 @@ impl Preset {
                 (softmax(true), Activation::Swiglu, false)
             }
             Preset::Olmoe1b7b => (softmax(false), Activation::Swiglu, false),
-            Preset::GptOss120b => (
-                softmax(true),
-                Activation::SwigluClamped {
-                    alpha: 1.702,
-                    limit: 7.0,
-                },
-                false,
-            ),
+            Preset::GptOss120b => (softmax(true), Activation::SwigluClamped { alpha: 1.702, limit: 7.0 }, false),
             Preset::DeepseekV3 => (
                 Routing {
                     score: Score::Sigmoid,
                     normalize_topk: true,
                     scaling: 2.5,
-                    groups: Some(Groups {
-                        n_group: 8,
-                        topk_group: 4,
-                    }),
+                    groups: Some(Groups { n_group: 8, topk_group: 4 }),
                 },
                 Activation::Swiglu,
                 true,
             ),
         };
-        PresetLayer {
-            hidden,
-            intermediate,
-            experts,
-            top_k,
-            activation,
-            routing,
-            router_bias,
-        }
+        PresetLayer { hidden, intermediate, experts, top_k, activation, routing, router_bias }
     }
 }

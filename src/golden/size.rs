@@ -9,23 +9,13 @@ pub const DEFAULT_MAX_GIB: f64 = 8.0;
 /// Estimated peak bytes of generating the case (an upper-leaning estimate, not a measurement): f64 inputs,
 /// the oracle's forward and backward arrays, its GEMM operand slices, and the stored copies written out.
 pub fn estimate_bytes(cfg: &MoeConfig) -> u128 {
-    let (t, h, i, e, k) = (
-        cfg.tokens as u128,
-        cfg.hidden as u128,
-        cfg.intermediate as u128,
-        cfg.experts as u128,
-        cfg.top_k as u128,
-    );
+    let (t, h, i, e, k) =
+        (cfg.tokens as u128, cfg.hidden as u128, cfg.intermediate as u128, cfg.experts as u128, cfg.top_k as u128);
     let m = t.saturating_mul(k);
     let weights = e.saturating_mul(i).saturating_mul(h).saturating_mul(3);
     let sum = |terms: &[u128]| terms.iter().fold(0u128, |a, &b| a.saturating_add(b));
     // f64 inputs: x, dy, w13, w2, router (+ bias), routing.
-    let inputs = sum(&[
-        t.saturating_mul(h).saturating_mul(2),
-        weights,
-        e.saturating_mul(h + 1),
-        m.saturating_mul(2),
-    ]);
+    let inputs = sum(&[t.saturating_mul(h).saturating_mul(2), weights, e.saturating_mul(h + 1), m.saturating_mul(2)]);
     // Forward: gathered rows, h, a, o, y, logits and scores.
     let forward = sum(&[
         m.saturating_mul(h.saturating_mul(2).saturating_add(i.saturating_mul(3))),

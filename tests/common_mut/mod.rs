@@ -33,21 +33,11 @@ pub fn cfg(t: usize, h: usize, i: usize, e: usize, k: usize, recipe: &str) -> Mo
 }
 
 pub fn softmax_routing() -> Option<Routing> {
-    Some(Routing {
-        score: Score::Softmax,
-        normalize_topk: true,
-        scaling: 1.0,
-        groups: None,
-    })
+    Some(Routing { score: Score::Softmax, normalize_topk: true, scaling: 1.0, groups: None })
 }
 
 pub fn sigmoid_routing() -> Option<Routing> {
-    Some(Routing {
-        score: Score::Sigmoid,
-        normalize_topk: true,
-        scaling: 2.5,
-        groups: None,
-    })
+    Some(Routing { score: Score::Sigmoid, normalize_topk: true, scaling: 2.5, groups: None })
 }
 
 /// A correct emulated candidate: every checked tensor the recipe's emulation produced.
@@ -66,12 +56,7 @@ pub fn emulate_with(inputs: &LayerInputs, recipe: &Recipe) -> Base {
             tensors.insert(name.to_string(), t.to_owned());
         }
     }
-    Base {
-        inputs: inputs.clone(),
-        recipe: recipe.clone(),
-        em,
-        tensors,
-    }
+    Base { inputs: inputs.clone(), recipe: recipe.clone(), em, tensors }
 }
 
 pub fn base(inputs: &LayerInputs) -> Base {
@@ -104,9 +89,7 @@ pub fn write_candidate(
     let mut out: Vec<(String, TensorData<'static>)> = Vec::new();
     for (n, a) in tensors {
         let a = match row_order {
-            Some((order, _, _)) if n.starts_with("fwd.") || n.starts_with("bwd.") => {
-                a.select(ndarray::Axis(0), order)
-            }
+            Some((order, _, _)) if n.starts_with("fwd.") || n.starts_with("bwd.") => a.select(ndarray::Axis(0), order),
             _ => a.clone(),
         };
         let t = match dtype {

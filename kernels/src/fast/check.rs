@@ -57,74 +57,40 @@ pub fn gamma(k: usize) -> f64 {
 
 /// `got` against the exact `Σ a·b`: γ_K·Σ|a·b| (f32 accumulation), underflow terms, then one rounding to the
 /// storage (`storage` = its unit roundoff; 0 for f32 results). Returns error/bound.
-fn dots(
-    stage: &str,
-    at: &dyn Fn() -> String,
-    got: f64,
-    pairs: &[(f64, f64)],
-    storage: f64,
-) -> Result<f64, String> {
+fn dots(stage: &str, at: &dyn Fn() -> String, got: f64, pairs: &[(f64, f64)], storage: f64) -> Result<f64, String> {
     let exact = exact::dot(pairs.iter().copied());
     let abs: f64 = pairs.iter().map(|(a, b)| (a * b).abs()).sum();
-    let acc =
-        gamma(pairs.len()) * abs * (1.0 + 1e-12) + (pairs.len() as f64 + 1.0) * 2f64.powi(-150);
+    let acc = gamma(pairs.len()) * abs * (1.0 + 1e-12) + (pairs.len() as f64 + 1.0) * 2f64.powi(-150);
     let underflow = if storage > 0.0 { 2f64.powi(-134) } else { 0.0 };
     let bound = acc + storage * (exact.abs() + acc) + underflow + f64::MIN_POSITIVE;
     within(stage, at, got, exact, bound)
 }
 
-fn within(
-    stage: &str,
-    at: &dyn Fn() -> String,
-    got: f64,
-    exact: f64,
-    bound: f64,
-) -> Result<f64, String> {
+fn within(stage: &str, at: &dyn Fn() -> String, got: f64, exact: f64, bound: f64) -> Result<f64, String> {
     let err = (got - exact).abs();
     if err <= bound {
         Ok(err / bound)
     } else {
-        Err(format!(
-            "{stage} {}: got {got:e}, exact {exact:e}, error {err:e} > bound {bound:e}",
-            at()
-        ))
+        Err(format!("{stage} {}: got {got:e}, exact {exact:e}, error {err:e} > bound {bound:e}", at()))
     }
 }
 
 /// Check the trace of one forward + backward. Err holds the first violation, with stage and element.
 pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, String> {
-    let FastDims {
-        tokens: t_n,
-        hidden: hd,
-        inter: id,
-        experts: e_n,
-        top_k: kk,
-    } = c.dims;
+    let FastDims { tokens: t_n, hidden: hd, inter: id, experts: e_n, top_k: kk } = c.dims;
     // the routing: rows in the reference's expert-major order
     let ids = ndarray::ArrayView2::from_shape((t_n, kk), c.ids).map_err(|e| e.to_string())?;
     let map = moe_reference::dispatch::RowMap::build(ids, e_n);
     let m = map.rows();
     let as_i32 = |v: &[usize]| v.iter().map(|&x| x as i32).collect::<Vec<_>>();
-    if tr.row_token != as_i32(&map.row_token)
-        || tr.row_slot != as_i32(&map.row_slot)
-        || tr.offsets != as_i32(&map.expert_offsets)
-    {
-        return Err(
-            "routing to rows differs from the reference's (row_token, row_slot or expert offsets)"
-                .into(),
-        );
+    if tr.row_token != as_i32(&map.row_token) || tr.row_slot != as_i32(&map.row_slot) || tr.offsets != as_i32(&map.expert_offsets) {
+        return Err("routing to rows differs from the reference's (row_token, row_slot or expert offsets)".into());
     }
-    let slot_row: Vec<i32> = map
-        .slot_row
-        .iter()
-        .map(|r| r.map_or(-1, |r| r as i32))
-        .collect();
+    let slot_row: Vec<i32> = map.slot_row.iter().map(|r| r.map_or(-1, |r| r as i32)).collect();
     if tr.slot_row != slot_row {
         return Err("slot_row differs from the reference's".into());
     }
-    let row_expert: Vec<usize> = (0..m)
-        .map(|r| map.expert_offsets.partition_point(|&o| o <= r) - 1)
-        .collect();
+    let row_expert: Vec<usize> = (0..m).map(|r| map.expert_offsets.partition_point(|&o| o <= r) - 1).collect();
     let x = |t: usize, c_: usize| bf(c.x[t * hd + c_]);
     let dy = |t: usize, c_: usize| bf(c.dy[t * hd + c_]);
     let w13 = |e: usize, n: usize, c_: usize| bf(c.w13[(e * 2 * id + n) * hd + c_]);
@@ -141,10 +107,7 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
         for j in 0..kk {
             let Some(r) = map.slot_row[t * kk + j] else {
                 if tr.grad_topk_weights[t * kk + j].to_bits() != 0 {
-                    return Err(format!(
-                        "grad.topk_weights[{t}, {j}]: a -1 slot must get +0, got {}",
-                        tr.grad_topk_weights[t * kk + j]
-                    ));
+                    return Err(format!("grad.topk_weights[{t}, {j}]: a -1 slot must get +0, got {}", tr.grad_topk_weights[t * kk + j]));
                 }
                 continue;
             };
@@ -154,42 +117,18 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
             let a = |q: usize| bf(tr.a[r * id + q]);
             for n in 0..2 * id {
                 let pairs: Vec<(f64, f64)> = (0..hd).map(|k| (x(t, k), w13(e, n, k))).collect();
-                worst = worst.max(dots(
-                    "fwd.h",
-                    &|| format!("row {r} col {n}"),
-                    h(n),
-                    &pairs,
-                    UBF,
-                )?);
+                worst = worst.max(dots("fwd.h", &|| format!("row {r} col {n}"), h(n), &pairs, UBF)?);
             }
             for q in 0..id {
                 let exact_a = act::forward(c.act, h(q), h(id + q));
                 let bound = (UBF + 16.0 * U32) * exact_a.abs() + 2f64.powi(-134);
-                worst = worst.max(within(
-                    "fwd.a",
-                    &|| format!("row {r} col {q}"),
-                    a(q),
-                    exact_a,
-                    bound,
-                )?);
+                worst = worst.max(within("fwd.a", &|| format!("row {r} col {q}"), a(q), exact_a, bound)?);
                 let got_aw = bf(tr.aw[r * id + q]);
-                worst = worst.max(dots(
-                    "bwd.a_weighted (w·A)",
-                    &|| format!("row {r} col {q}"),
-                    got_aw,
-                    &[(w, a(q))],
-                    UBF + U32,
-                )?);
+                worst = worst.max(dots("bwd.a_weighted (w·A)", &|| format!("row {r} col {q}"), got_aw, &[(w, a(q))], UBF + U32)?);
             }
             for n in 0..hd {
                 let pairs: Vec<(f64, f64)> = (0..id).map(|q| (a(q), w2(e, n, q))).collect();
-                worst = worst.max(dots(
-                    "fwd.o",
-                    &|| format!("row {r} col {n}"),
-                    bf(tr.o[r * hd + n]),
-                    &pairs,
-                    UBF,
-                )?);
+                worst = worst.max(dots("fwd.o", &|| format!("row {r} col {n}"), bf(tr.o[r * hd + n]), &pairs, UBF)?);
             }
             // dH through the unstored dA = w·(dY·W2): exact D_q, its f32/tensor-core error, then the SwiGLU
             // backward (linear in dA) and bf16 storage.
@@ -206,157 +145,78 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
                 let (dg, du) = act::backward(c.act, gv, uv, w * dq);
                 let da_mag = (w * dq).abs() + delta;
                 let scale = da_mag * ((uv.abs() + 1.0) * (1.0 + alpha_max * gv.abs()) + gv.abs());
-                for (stage, got, exact_v, gslope) in [
-                    ("bwd.dh gate", bf(tr.dh[r * 2 * id + q]), dg, gg),
-                    ("bwd.dh up", bf(tr.dh[r * 2 * id + id + q]), du, gu),
-                ] {
+                for (stage, got, exact_v, gslope) in [("bwd.dh gate", bf(tr.dh[r * 2 * id + q]), dg, gg), ("bwd.dh up", bf(tr.dh[r * 2 * id + id + q]), du, gu)] {
                     let prop = gslope.abs() * delta;
-                    let bound = prop
-                        + (UBF + 32.0 * U32) * (exact_v.abs() + prop)
-                        + 32.0 * U32 * scale * (1.0 + UBF)
-                        + 2f64.powi(-133);
-                    worst = worst.max(within(
-                        stage,
-                        &|| format!("row {r} col {q}"),
-                        got,
-                        exact_v,
-                        bound,
-                    )?);
+                    let bound = prop + (UBF + 32.0 * U32) * (exact_v.abs() + prop) + 32.0 * U32 * scale * (1.0 + UBF) + 2f64.powi(-133);
+                    worst = worst.max(within(stage, &|| format!("row {r} col {q}"), got, exact_v, bound)?);
                 }
             }
             // grad.topk_weights = <dY, o> with o = A·W2ᵀ exactly: Σ_q A_q·Σ_c dY_c·W2_cq, as the kernel
             // computes it (f32 dots, then a chain of at most I + 16 f32 additions over the columns).
             {
-                let pairs: Vec<(f64, f64)> = (0..id)
-                    .flat_map(|q| (0..hd).map(move |k| (q, k)))
-                    .map(|(q, k)| (dy(t, k) * w2(e, k, q), a(q)))
-                    .collect();
+                let pairs: Vec<(f64, f64)> = (0..id).flat_map(|q| (0..hd).map(move |k| (q, k))).map(|(q, k)| (dy(t, k) * w2(e, k, q), a(q))).collect();
                 let exact_ds = exact::dot(pairs.iter().copied());
                 let gi = gamma(id + 16);
-                let bound = (gamma(hd) * (1.0 + gi) + gi) * (1.0 + gamma(hd)) * s2 * (1.0 + 1e-12)
-                    + (hd * id) as f64 * 2f64.powi(-149);
+                let bound = (gamma(hd) * (1.0 + gi) + gi) * (1.0 + gamma(hd)) * s2 * (1.0 + 1e-12) + (hd * id) as f64 * 2f64.powi(-149);
                 let got = tr.grad_topk_weights[t * kk + j] as f64;
-                worst = worst.max(within(
-                    "grad.topk_weights",
-                    &|| format!("[{t}, {j}]"),
-                    got,
-                    exact_ds,
-                    bound,
-                )?);
+                worst = worst.max(within("grad.topk_weights", &|| format!("[{t}, {j}]"), got, exact_ds, bound)?);
             }
             for n in 0..hd {
-                let pairs: Vec<(f64, f64)> = (0..2 * id)
-                    .map(|k| (bf(tr.dh[r * 2 * id + k]), w13(e, k, n)))
-                    .collect();
-                worst = worst.max(dots(
-                    "bwd.dx_rows",
-                    &|| format!("row {r} col {n}"),
-                    bf(tr.dx_rows[r * hd + n]),
-                    &pairs,
-                    UBF,
-                )?);
+                let pairs: Vec<(f64, f64)> = (0..2 * id).map(|k| (bf(tr.dh[r * 2 * id + k]), w13(e, k, n))).collect();
+                worst = worst.max(dots("bwd.dx_rows", &|| format!("row {r} col {n}"), bf(tr.dx_rows[r * hd + n]), &pairs, UBF)?);
             }
             count += 2 * id * 3 + hd * 2 + 1;
         }
         for n in 0..hd {
-            let rows: Vec<(usize, usize)> = (0..kk)
-                .filter_map(|j| map.slot_row[t * kk + j].map(|r| (j, r)))
-                .collect();
-            let pairs: Vec<(f64, f64)> = rows
-                .iter()
-                .map(|&(j, r)| (c.weights[t * kk + j] as f64, bf(tr.o[r * hd + n])))
-                .collect();
-            worst = worst.max(dots(
-                "y",
-                &|| format!("[{t}, {n}]"),
-                bf(tr.y[t * hd + n]),
-                &pairs,
-                UBF,
-            )?);
-            let pairs: Vec<(f64, f64)> = rows
-                .iter()
-                .map(|&(_, r)| (bf(tr.dx_rows[r * hd + n]), 1.0))
-                .collect();
-            worst = worst.max(dots(
-                "grad.x",
-                &|| format!("[{t}, {n}]"),
-                bf(tr.grad_x[t * hd + n]),
-                &pairs,
-                UBF,
-            )?);
+            let rows: Vec<(usize, usize)> = (0..kk).filter_map(|j| map.slot_row[t * kk + j].map(|r| (j, r))).collect();
+            let pairs: Vec<(f64, f64)> = rows.iter().map(|&(j, r)| (c.weights[t * kk + j] as f64, bf(tr.o[r * hd + n]))).collect();
+            worst = worst.max(dots("y", &|| format!("[{t}, {n}]"), bf(tr.y[t * hd + n]), &pairs, UBF)?);
+            let pairs: Vec<(f64, f64)> = rows.iter().map(|&(_, r)| (bf(tr.dx_rows[r * hd + n]), 1.0)).collect();
+            worst = worst.max(dots("grad.x", &|| format!("[{t}, {n}]"), bf(tr.grad_x[t * hd + n]), &pairs, UBF)?);
             count += 2;
         }
         Ok((worst, count))
     };
 
     // weight gradients: every entry, or a deterministic sample (plus every entry of each empty expert)
-    let wgrad_entries: Vec<(bool, usize, usize, usize)> =
-        match scope.wgrad_samples {
-            None => (0..e_n)
-                .flat_map(|e| (0..2 * id).flat_map(move |p| (0..hd).map(move |q| (true, e, p, q))))
-                .chain((0..e_n).flat_map(|e| {
-                    (0..hd).flat_map(move |p| (0..id).map(move |q| (false, e, p, q)))
-                }))
-                .collect(),
-            Some(n) => {
-                let mut g = 0x2545F4914F6CDD1Du64;
-                let mut next = move |b: usize| {
-                    g ^= g << 13;
-                    g ^= g >> 7;
-                    g ^= g << 17;
-                    (g % b as u64) as usize
-                };
-                (0..2 * n)
-                    .map(|i| {
-                        let e = next(e_n);
-                        if i % 2 == 0 {
-                            (true, e, next(2 * id), next(hd))
-                        } else {
-                            (false, e, next(hd), next(id))
-                        }
-                    })
-                    .collect()
-            }
-        };
+    let wgrad_entries: Vec<(bool, usize, usize, usize)> = match scope.wgrad_samples {
+        None => (0..e_n)
+            .flat_map(|e| (0..2 * id).flat_map(move |p| (0..hd).map(move |q| (true, e, p, q))))
+            .chain((0..e_n).flat_map(|e| (0..hd).flat_map(move |p| (0..id).map(move |q| (false, e, p, q)))))
+            .collect(),
+        Some(n) => {
+            let mut g = 0x2545F4914F6CDD1Du64;
+            let mut next = move |b: usize| {
+                g ^= g << 13;
+                g ^= g >> 7;
+                g ^= g << 17;
+                (g % b as u64) as usize
+            };
+            (0..2 * n)
+                .map(|i| {
+                    let e = next(e_n);
+                    if i % 2 == 0 { (true, e, next(2 * id), next(hd)) } else { (false, e, next(hd), next(id)) }
+                })
+                .collect()
+        }
+    };
     for e in 0..e_n {
         if map.expert_rows(e).is_empty() {
-            let z13 = tr.grad_w13[e * 2 * id * hd..(e + 1) * 2 * id * hd]
-                .iter()
-                .all(|&b| b == 0);
-            let z2 = tr.grad_w2[e * hd * id..(e + 1) * hd * id]
-                .iter()
-                .all(|&b| b == 0);
+            let z13 = tr.grad_w13[e * 2 * id * hd..(e + 1) * 2 * id * hd].iter().all(|&b| b == 0);
+            let z2 = tr.grad_w2[e * hd * id..(e + 1) * hd * id].iter().all(|&b| b == 0);
             if !z13 || !z2 {
-                return Err(format!(
-                    "expert {e} has no rows but its weight gradients are not exactly +0"
-                ));
+                return Err(format!("expert {e} has no rows but its weight gradients are not exactly +0"));
             }
         }
     }
     let wgrad_check = |&(is13, e, p, q): &(bool, usize, usize, usize)| -> Result<f64, String> {
         let rows = map.expert_rows(e);
         if is13 {
-            let pairs: Vec<(f64, f64)> = rows
-                .map(|r| (bf(tr.dh[r * 2 * id + p]), x(map.row_token[r], q)))
-                .collect();
-            dots(
-                "grad.w13",
-                &|| format!("[{e}, {p}, {q}]"),
-                bf(tr.grad_w13[(e * 2 * id + p) * hd + q]),
-                &pairs,
-                UBF,
-            )
+            let pairs: Vec<(f64, f64)> = rows.map(|r| (bf(tr.dh[r * 2 * id + p]), x(map.row_token[r], q))).collect();
+            dots("grad.w13", &|| format!("[{e}, {p}, {q}]"), bf(tr.grad_w13[(e * 2 * id + p) * hd + q]), &pairs, UBF)
         } else {
-            let pairs: Vec<(f64, f64)> = rows
-                .map(|r| (dy(map.row_token[r], p), bf(tr.aw[r * id + q])))
-                .collect();
-            dots(
-                "grad.w2",
-                &|| format!("[{e}, {p}, {q}]"),
-                bf(tr.grad_w2[(e * hd + p) * id + q]),
-                &pairs,
-                UBF,
-            )
+            let pairs: Vec<(f64, f64)> = rows.map(|r| (dy(map.row_token[r], p), bf(tr.aw[r * id + q]))).collect();
+            dots("grad.w2", &|| format!("[{e}, {p}, {q}]"), bf(tr.grad_w2[(e * hd + p) * id + q]), &pairs, UBF)
         }
     };
 
@@ -365,19 +225,8 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
     let results: Vec<Result<(f64, usize), String>> = std::thread::scope(|s| {
         let mut handles = Vec::new();
         for w in 0..threads {
-            let tokens: Vec<usize> = scope
-                .tokens
-                .iter()
-                .copied()
-                .skip(w)
-                .step_by(threads)
-                .collect();
-            let entries: Vec<_> = wgrad_entries
-                .iter()
-                .copied()
-                .skip(w)
-                .step_by(threads)
-                .collect();
+            let tokens: Vec<usize> = scope.tokens.iter().copied().skip(w).step_by(threads).collect();
+            let entries: Vec<_> = wgrad_entries.iter().copied().skip(w).step_by(threads).collect();
             let token_check = &token_check;
             let wgrad_check = &wgrad_check;
             handles.push(s.spawn(move || -> Result<(f64, usize), String> {
@@ -395,18 +244,9 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
                 Ok((worst, count))
             }));
         }
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("checker thread panicked".into()))
-            })
-            .collect()
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("checker thread panicked".into()))).collect()
     });
-    let mut report = Report {
-        worst: 0.0,
-        elements: 0,
-    };
+    let mut report = Report { worst: 0.0, elements: 0 };
     for r in results {
         let (w, n) = r?;
         report.worst = report.worst.max(w);
@@ -428,21 +268,11 @@ mod tests {
 
     /// (case inputs as bits, routing, and a trace built from exact values, each rounded once)
     #[allow(clippy::type_complexity)]
-    fn exact_trace() -> (
-        FastDims,
-        Vec<u16>,
-        Vec<u16>,
-        Vec<u16>,
-        Vec<u16>,
-        Vec<i32>,
-        Vec<f32>,
-        FastTrace,
-    ) {
+    fn exact_trace() -> (FastDims, Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>, Vec<i32>, Vec<f32>, FastTrace) {
         let (t_n, hd, id, e_n, kk) = (6, 16, 8, 4, 2);
-        let (_cfg, x, w13, w2, mut ids, w) =
-            crate::check::case(3, t_n, hd, id, e_n, kk, Activation::Swiglu, 0.0);
+        let (_cfg, x, w13, w2, mut ids, w) = crate::check::case(3, t_n, hd, id, e_n, kk, Activation::Swiglu, 0.0);
         ids[[1, 1]] = -1; // one unused slot
-                          // leave expert 3 without rows
+        // leave expert 3 without rows
         for v in ids.iter_mut() {
             if *v == 3 {
                 *v = -1;
@@ -452,18 +282,9 @@ mod tests {
         let dy: Vec<f64> = (0..t_n * hd).map(|_| g.bf16(0.5)).collect();
         let map = RowMap::build(ids.view(), e_n);
         let m = map.rows();
-        let row_expert: Vec<usize> = (0..m)
-            .map(|r| map.expert_offsets.partition_point(|&o| o <= r) - 1)
-            .collect();
+        let row_expert: Vec<usize> = (0..m).map(|r| map.expert_offsets.partition_point(|&o| o <= r) - 1).collect();
         let bf = |u: u16| half::bf16::from_bits(u).to_f64();
-        let (mut h, mut a, mut o, mut dh, mut aw, mut dxr) = (
-            vec![0u16; m * 2 * id],
-            vec![0u16; m * id],
-            vec![0u16; m * hd],
-            vec![0u16; m * 2 * id],
-            vec![0u16; m * id],
-            vec![0u16; m * hd],
-        );
+        let (mut h, mut a, mut o, mut dh, mut aw, mut dxr) = (vec![0u16; m * 2 * id], vec![0u16; m * id], vec![0u16; m * hd], vec![0u16; m * 2 * id], vec![0u16; m * id], vec![0u16; m * hd]);
         let mut ds = vec![0f32; t_n * kk];
         for r in 0..m {
             let (e, t, j) = (row_expert[r], map.row_token[r], map.row_slot[r]);
@@ -481,28 +302,17 @@ mod tests {
                 aw[r * id + q] = b(wt * bf(a[r * id + q]));
             }
             for n in 0..hd {
-                o[r * hd + n] = b(exact::dot(
-                    (0..id).map(|q| (bf(a[r * id + q]), w2[[e, n, q]])),
-                ));
-                dxr[r * hd + n] = b(exact::dot(
-                    (0..2 * id).map(|c| (bf(dh[r * 2 * id + c]), w13[[e, c, n]])),
-                ));
+                o[r * hd + n] = b(exact::dot((0..id).map(|q| (bf(a[r * id + q]), w2[[e, n, q]]))));
+                dxr[r * hd + n] = b(exact::dot((0..2 * id).map(|c| (bf(dh[r * 2 * id + c]), w13[[e, c, n]]))));
             }
             let pairs = (0..id).flat_map(|q| (0..hd).map(move |c| (q, c)));
-            ds[t * kk + j] =
-                exact::dot(pairs.map(|(q, c)| (dy[t * hd + c] * w2[[e, c, q]], bf(a[r * id + q]))))
-                    as f32;
+            ds[t * kk + j] = exact::dot(pairs.map(|(q, c)| (dy[t * hd + c] * w2[[e, c, q]], bf(a[r * id + q])))) as f32;
         }
         let (mut y, mut gx) = (vec![0u16; t_n * hd], vec![0u16; t_n * hd]);
         for t in 0..t_n {
-            let rows: Vec<(usize, usize)> = (0..kk)
-                .filter_map(|j| map.slot_row[t * kk + j].map(|r| (j, r)))
-                .collect();
+            let rows: Vec<(usize, usize)> = (0..kk).filter_map(|j| map.slot_row[t * kk + j].map(|r| (j, r))).collect();
             for n in 0..hd {
-                y[t * hd + n] = b(exact::dot(
-                    rows.iter()
-                        .map(|&(j, r)| (w[[t, j]] as f64, bf(o[r * hd + n]))),
-                ));
+                y[t * hd + n] = b(exact::dot(rows.iter().map(|&(j, r)| (w[[t, j]] as f64, bf(o[r * hd + n])))));
                 gx[t * hd + n] = b(exact::sum(rows.iter().map(|&(_, r)| bf(dxr[r * hd + n]))));
             }
         }
@@ -510,18 +320,12 @@ mod tests {
         for e in 0..e_n {
             for p in 0..2 * id {
                 for q in 0..hd {
-                    gw13[(e * 2 * id + p) * hd + q] =
-                        b(exact::dot(map.expert_rows(e).map(|r| {
-                            (bf(dh[r * 2 * id + p]), x[[map.row_token[r], q]])
-                        })));
+                    gw13[(e * 2 * id + p) * hd + q] = b(exact::dot(map.expert_rows(e).map(|r| (bf(dh[r * 2 * id + p]), x[[map.row_token[r], q]]))));
                 }
             }
             for p in 0..hd {
                 for q in 0..id {
-                    gw2[(e * hd + p) * id + q] =
-                        b(exact::dot(map.expert_rows(e).map(|r| {
-                            (dy[map.row_token[r] * hd + p], bf(aw[r * id + q]))
-                        })));
+                    gw2[(e * hd + p) * id + q] = b(exact::dot(map.expert_rows(e).map(|r| (dy[map.row_token[r] * hd + p], bf(aw[r * id + q])))));
                 }
             }
         }
@@ -530,11 +334,7 @@ mod tests {
             row_token: i32s(&map.row_token),
             row_slot: i32s(&map.row_slot),
             offsets: i32s(&map.expert_offsets),
-            slot_row: map
-                .slot_row
-                .iter()
-                .map(|r| r.map_or(-1, |r| r as i32))
-                .collect(),
+            slot_row: map.slot_row.iter().map(|r| r.map_or(-1, |r| r as i32)).collect(),
             h,
             a,
             o,
@@ -547,44 +347,16 @@ mod tests {
             grad_w2: gw2,
             grad_topk_weights: ds,
         };
-        let dims = FastDims {
-            tokens: t_n,
-            hidden: hd,
-            inter: id,
-            experts: e_n,
-            top_k: kk,
-        };
+        let dims = FastDims { tokens: t_n, hidden: hd, inter: id, experts: e_n, top_k: kk };
         let bits = |v: &[f64]| v.iter().map(|&f| b(f)).collect::<Vec<_>>();
-        (
-            dims,
-            bits(x.as_slice().unwrap()),
-            bits(w13.as_slice().unwrap()),
-            bits(w2.as_slice().unwrap()),
-            bits(&dy),
-            ids.iter().copied().collect(),
-            w.iter().copied().collect(),
-            trace,
-        )
+        (dims, bits(x.as_slice().unwrap()), bits(w13.as_slice().unwrap()), bits(w2.as_slice().unwrap()), bits(&dy), ids.iter().copied().collect(), w.iter().copied().collect(), trace)
     }
 
     #[test]
     fn exact_values_pass_and_each_corrupted_stage_fails() {
         let (dims, x, w13, w2, dy, ids, w, trace) = exact_trace();
-        let case = HostCase {
-            dims,
-            act: Activation::Swiglu,
-            x: &x,
-            w13: &w13,
-            w2: &w2,
-            dy: &dy,
-            ids: &ids,
-            weights: &w,
-        };
-        let scope = Scope {
-            tokens: (0..dims.tokens).collect(),
-            wgrad_samples: None,
-            threads: 2,
-        };
+        let case = HostCase { dims, act: Activation::Swiglu, x: &x, w13: &w13, w2: &w2, dy: &dy, ids: &ids, weights: &w };
+        let scope = Scope { tokens: (0..dims.tokens).collect(), wgrad_samples: None, threads: 2 };
         let report = check(&case, &trace, &scope).expect("the exact trace passes");
         assert!(report.worst <= 1.0 && report.elements > 0);
         // a few ulps off in one element of each stage, or a wrong exact zero: each must be caught by name
@@ -595,9 +367,7 @@ mod tests {
             ("fwd.o", |t| t.o[5] = t.o[5].wrapping_add(4)),
             ("bwd.dh", |t| t.dh[1] = t.dh[1].wrapping_add(4)),
             ("a_weighted", |t| t.aw[0] = t.aw[0].wrapping_add(4)),
-            ("bwd.dx_rows", |t| {
-                t.dx_rows[7] = t.dx_rows[7].wrapping_add(4)
-            }),
+            ("bwd.dx_rows", |t| t.dx_rows[7] = t.dx_rows[7].wrapping_add(4)),
             ("y", |t| t.y[9] = t.y[9].wrapping_add(4)),
             ("grad.x", |t| t.grad_x[4] = t.grad_x[4].wrapping_add(4)),
             ("grad.topk_weights", |t| {
@@ -606,9 +376,7 @@ mod tests {
                     *v *= 1.05;
                 }
             }),
-            ("grad.w13", |t| {
-                t.grad_w13[17] = t.grad_w13[17].wrapping_add(4)
-            }),
+            ("grad.w13", |t| t.grad_w13[17] = t.grad_w13[17].wrapping_add(4)),
             ("no rows", |t| {
                 let n = t.grad_w2.len();
                 t.grad_w2[n - 1] = 0x3f80; // expert 3 has no rows: its gradient must stay +0
@@ -619,18 +387,12 @@ mod tests {
             corrupt(&mut bad);
             match check(&case, &bad, &scope) {
                 Ok(r) => panic!("a corrupted {stage} passed (worst {:.3})", r.worst),
-                Err(msg) => assert!(
-                    msg.contains(stage),
-                    "corrupted {stage}, but the message names another stage: {msg}"
-                ),
+                Err(msg) => assert!(msg.contains(stage), "corrupted {stage}, but the message names another stage: {msg}"),
             }
         }
         let mut bad = clone_trace(&trace);
         bad.row_token.swap(0, 1);
-        assert!(
-            check(&case, &bad, &scope).is_err(),
-            "a wrong row order must fail"
-        );
+        assert!(check(&case, &bad, &scope).is_err(), "a wrong row order must fail");
     }
 
     fn clone_trace(t: &FastTrace) -> FastTrace {

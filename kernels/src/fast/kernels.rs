@@ -31,9 +31,7 @@ impl FastKernels {
     /// Compile (NVRTC) and load the fast kernels for `gpu` with a `stages`-deep pipeline (2..=4).
     pub fn load(gpu: &Gpu, stages: usize) -> Result<FastKernels, GpuError> {
         if !(2..=4).contains(&stages) {
-            return Err(GpuError::Input(format!(
-                "pipeline stages must be 2, 3 or 4, not {stages}"
-            )));
+            return Err(GpuError::Input(format!("pipeline stages must be 2, 3 or 4, not {stages}")));
         }
         let (major, minor) = gpu.ctx.compute_capability()?;
         let arch: &'static str = match (major, minor) {
@@ -54,10 +52,7 @@ impl FastKernels {
         // Experiments only: extra preprocessor definitions, e.g. MOE_FAST_DEFINES="WS_EXP_NO_STORE" (see the
         // WS_EXP_ switches in fast_ws.cu; they break the results on purpose, to time the parts of a kernel).
         if let Ok(defs) = std::env::var("MOE_FAST_DEFINES") {
-            options.extend(
-                defs.split_whitespace()
-                    .map(|d| format!("-D{}", d.trim_start_matches("-D"))),
-            );
+            options.extend(defs.split_whitespace().map(|d| format!("-D{}", d.trim_start_matches("-D"))));
         }
         let opts = CompileOptions {
             arch: Some(arch),
@@ -66,17 +61,13 @@ impl FastKernels {
             name: Some("moe_fast.cu".into()),
             ..Default::default()
         };
-        let ptx = compile_ptx_with_opts(source::translation_unit(stages), opts)
-            .map_err(|e| GpuError::Compile(format!("{e:?}")))?;
+        let ptx = compile_ptx_with_opts(source::translation_unit(stages), opts).map_err(|e| GpuError::Compile(format!("{e:?}")))?;
         let module = gpu.ctx.load_module(ptx)?;
         let mut functions = HashMap::new();
         let smem = (2 * stages * TILE_BYTES) as i32;
         for &k in source::GEMMS {
             let f = module.load_function(k)?;
-            f.set_attribute(
-                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem,
-            )?;
+            f.set_attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)?;
             functions.insert(k, f);
         }
         for &k in source::OTHERS {
@@ -84,29 +75,16 @@ impl FastKernels {
         }
         let wgmma = arch == "sm_90a";
         if wgmma {
-            for (names, smem) in [
-                (source::WG_GEMMS, source::WG_SMEM),
-                (source::WS_GEMMS, source::WS_SMEM),
-            ] {
+            for (names, smem) in [(source::WG_GEMMS, source::WG_SMEM), (source::WS_GEMMS, source::WS_SMEM)] {
                 for &k in names {
                     let f = module.load_function(k)?;
-                    f.set_attribute(
-                        CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        smem as i32,
-                    )?;
+                    f.set_attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
                     functions.insert(k, f);
                 }
             }
         }
         let sms = gpu.ctx.attribute(cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
-        Ok(FastKernels {
-            _module: module,
-            functions,
-            stages,
-            arch,
-            wgmma,
-            sms,
-        })
+        Ok(FastKernels { _module: module, functions, stages, arch, wgmma, sms })
     }
 
     pub(super) fn f(&self, name: &str) -> &CudaFunction {
@@ -116,3 +94,4 @@ impl FastKernels {
         (2 * self.stages * TILE_BYTES) as u32
     }
 }
+

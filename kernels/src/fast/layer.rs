@@ -3,10 +3,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaEvent, CudaSlice, CudaView, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
-    ValidAsZeroBits,
-};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaView, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 use moe_reference::config::Activation;
 
 use super::source;
@@ -64,30 +61,14 @@ struct GemmParams {
 unsafe impl DeviceRepr for GemmParams {}
 
 /// Fill bf16 buffers with NaN (fc_fill_random with a NaN scale), so that a test sees any element left unwritten.
-fn fill_nan<const N: usize>(
-    gpu: &Gpu,
-    k: &FastKernels,
-    bufs: [&mut CudaSlice<u16>; N],
-) -> Result<(), GpuError> {
+fn fill_nan<const N: usize>(gpu: &Gpu, k: &FastKernels, bufs: [&mut CudaSlice<u16>; N]) -> Result<(), GpuError> {
     let (nan, f) = (f32::NAN, k.f("fc_fill_random"));
-    let cfg = LaunchConfig {
-        grid_dim: (1024, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     for buf in bufs {
         let n = buf.len() as i64;
         // SAFETY: fc_fill_random(bf16*, long long, unsigned long long, float) writes n elements of buf; a NaN
         // scale makes every element NaN.
-        unsafe {
-            gpu.stream
-                .launch_builder(f)
-                .arg(buf)
-                .arg(&n)
-                .arg(&0u64)
-                .arg(&nan)
-                .launch(cfg)?
-        };
+        unsafe { gpu.stream.launch_builder(f).arg(buf).arg(&n).arg(&0u64).arg(&nan).launch(cfg)? };
     }
     Ok(())
 }
@@ -108,20 +89,11 @@ fn tma_desc(ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<Tma
 }
 
 /// The same for an f32 tensor (`f32`) or a bf16 one.
-fn tma_desc_of(
-    f32: bool,
-    ptr: u64,
-    dims: &[u64],
-    strides: &[u64],
-    boxd: &[u32],
-) -> Result<TmaDesc, GpuError> {
+fn tma_desc_of(f32: bool, ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<TmaDesc, GpuError> {
     use cudarc::driver::sys::*;
     let rank = dims.len();
-    if rank == 0 || rank > 3 || strides.len() + 1 != rank || boxd.len() != rank || dims.contains(&0)
-    {
-        return Err(GpuError::Input(format!(
-            "tensor map: dims {dims:?}, strides {strides:?}, box {boxd:?}"
-        )));
+    if rank == 0 || rank > 3 || strides.len() + 1 != rank || boxd.len() != rank || dims.contains(&0) {
+        return Err(GpuError::Input(format!("tensor map: dims {dims:?}, strides {strides:?}, box {boxd:?}")));
     }
     let elem = if f32 { 4 } else { 2 };
     let bytes: Vec<u64> = strides.iter().map(|s| s * elem).collect();
@@ -132,11 +104,7 @@ fn tma_desc_of(
     let r = unsafe {
         cuTensorMapEncodeTiled(
             map.as_mut_ptr(),
-            if f32 {
-                CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-            } else {
-                CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-            },
+            if f32 { CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32 } else { CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 },
             rank as u32,
             ptr as *mut std::ffi::c_void,
             dims.as_ptr(),
@@ -207,13 +175,9 @@ impl FastTrace {
     /// the flat index of its first differing element; `None` when every output is the same: run-to-run
     /// determinism, and the same bits from two engines or configurations.
     pub fn first_difference(&self, other: &FastTrace) -> Option<(&'static str, usize)> {
+        // (lengths that differ: the first index past the shorter one)
         fn at<T: PartialEq>(x: &[T], y: &[T]) -> Option<usize> {
-            (x.len() != y.len() || x != y).then(|| {
-                x.iter()
-                    .zip(y)
-                    .position(|(p, q)| p != q)
-                    .unwrap_or(x.len().min(y.len()))
-            })
+            (x != y).then(|| x.iter().zip(y).position(|(p, q)| p != q).unwrap_or(x.len().min(y.len())))
         }
         let bf16: [(&'static str, &Vec<u16>, &Vec<u16>); 10] = [
             ("h", &self.h, &other.h),
@@ -227,18 +191,11 @@ impl FastTrace {
             ("grad.w13", &self.grad_w13, &other.grad_w13),
             ("grad.w2", &self.grad_w2, &other.grad_w2),
         ];
-        if let Some(d) = bf16
-            .iter()
-            .find_map(|(name, x, y)| at(x, y).map(|i| (*name, i)))
-        {
+        if let Some(d) = bf16.iter().find_map(|(name, x, y)| at(x, y).map(|i| (*name, i))) {
             return Some(d);
         }
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
-        at(
-            &bits(&self.grad_topk_weights),
-            &bits(&other.grad_topk_weights),
-        )
-        .map(|i| ("grad.topk_weights", i))
+        at(&bits(&self.grad_topk_weights), &bits(&other.grad_topk_weights)).map(|i| ("grad.topk_weights", i))
     }
 }
 
@@ -326,15 +283,11 @@ fn validate_ids(ids: &[i32], k: usize, e: usize) -> Result<usize, GpuError> {
     for (tok, row) in ids.chunks(k.max(1)).enumerate() {
         for (j, &id) in row.iter().enumerate() {
             if id < -1 || id >= e as i32 {
-                return Err(GpuError::Input(format!(
-                    "topk_ids[{tok}, {j}] = {id} is not -1 or an expert in 0..{e}"
-                )));
+                return Err(GpuError::Input(format!("topk_ids[{tok}, {j}] = {id} is not -1 or an expert in 0..{e}")));
             }
             if id >= 0 {
                 if row[..j].contains(&id) {
-                    return Err(GpuError::Input(format!(
-                        "topk_ids: token {tok} names expert {id} twice"
-                    )));
+                    return Err(GpuError::Input(format!("topk_ids: token {tok} names expert {id} twice")));
                 }
                 rows += 1;
             }
@@ -346,48 +299,23 @@ fn validate_ids(ids: &[i32], k: usize, e: usize) -> Result<usize, GpuError> {
 impl<'g> FastLayer<'g> {
     /// Buffers for `dims` with the routing given (`ids`, `weights`: [T, k], -1 for unused slots). Inputs start
     /// as zeros: set them with [`FastLayer::upload`] or [`FastLayer::fill_random`].
-    pub fn new(
-        gpu: &'g Gpu,
-        k: &'g FastKernels,
-        dims: FastDims,
-        act: Activation,
-        ids: &[i32],
-        weights: &[f32],
-    ) -> Result<FastLayer<'g>, GpuError> {
-        let FastDims {
-            tokens: t,
-            hidden: hd,
-            inter: id,
-            experts: e,
-            top_k: kk,
-        } = dims;
+    pub fn new(gpu: &'g Gpu, k: &'g FastKernels, dims: FastDims, act: Activation, ids: &[i32], weights: &[f32]) -> Result<FastLayer<'g>, GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = dims;
         if hd == 0 || id == 0 || hd % 8 != 0 || id % 8 != 0 {
             return Err(GpuError::Input(format!("the fast kernels need hidden and intermediate to be positive multiples of 8 (16-byte rows); got H = {hd}, I = {id}")));
         }
         if e == 0 || e > 1024 || kk == 0 || kk > e {
-            return Err(GpuError::Input(format!(
-                "the fast kernels need 1 <= top_k <= experts <= 1024; got k = {kk}, E = {e}"
-            )));
+            return Err(GpuError::Input(format!("the fast kernels need 1 <= top_k <= experts <= 1024; got k = {kk}, E = {e}")));
         }
         if ids.len() != t * kk || weights.len() != t * kk {
-            return Err(GpuError::Input(format!(
-                "topk_ids and topk_weights must hold tokens * top_k = {} values",
-                t * kk
-            )));
+            return Err(GpuError::Input(format!("topk_ids and topk_weights must hold tokens * top_k = {} values", t * kk)));
         }
         let rows = validate_ids(ids, kk, e)?;
         let max_tiles = rows.div_ceil(TILE_M) + e;
         if max_tiles > 65535 || hd.div_ceil(TILE_N) > 65535 {
-            return Err(GpuError::Input(format!(
-                "{rows} rows need {max_tiles} row tiles, over one launch's 65535"
-            )));
+            return Err(GpuError::Input(format!("{rows} rows need {max_tiles} row tiles, over one launch's 65535")));
         }
-        for (n, what) in [
-            (t * kk, "slots"),
-            (rows * 2 * id, "rows * 2I"),
-            (e * 2 * id * hd, "E * 2I * H"),
-            (t * hd, "T * H"),
-        ] {
+        for (n, what) in [(t * kk, "slots"), (rows * 2 * id, "rows * 2I"), (e * 2 * id * hd, "E * 2I * H"), (t * hd, "T * H")] {
             i32_of(n / 8, what)?;
         }
         let (alpha, limit) = match act {
@@ -395,15 +323,8 @@ impl<'g> FastLayer<'g> {
             Activation::SwigluClamped { alpha, limit } => (alpha as f32, limit as f32),
         };
         let s = &gpu.stream;
-        let z16 =
-            |n: usize| -> Result<CudaSlice<u16>, GpuError> { Ok(s.alloc_zeros::<u16>(n.max(1))?) };
-        let up_i32 = |v: &[i32]| -> Result<CudaSlice<i32>, GpuError> {
-            Ok(if v.is_empty() {
-                s.alloc_zeros::<i32>(1)?
-            } else {
-                s.clone_htod(v)?
-            })
-        };
+        let z16 = |n: usize| -> Result<CudaSlice<u16>, GpuError> { Ok(s.alloc_zeros::<u16>(n.max(1))?) };
+        let up_i32 = |v: &[i32]| -> Result<CudaSlice<i32>, GpuError> { Ok(if v.is_empty() { s.alloc_zeros::<i32>(1)? } else { s.clone_htod(v)? }) };
         let chunks = (t * kk).div_ceil(ROUTE_CHUNK);
         Ok(FastLayer {
             gpu,
@@ -418,11 +339,7 @@ impl<'g> FastLayer<'g> {
             w2: z16(e * hd * id)?,
             dy: z16(t * hd)?,
             ids: up_i32(ids)?,
-            weights: if weights.is_empty() {
-                s.alloc_zeros::<f32>(1)?
-            } else {
-                s.clone_htod(weights)?
-            },
+            weights: if weights.is_empty() { s.alloc_zeros::<f32>(1)? } else { s.clone_htod(weights)? },
             counts: zeros(gpu, chunks * e)?,
             offsets: zeros(gpu, e + 1)?,
             tiles: zeros(gpu, 3 * max_tiles)?,
@@ -458,36 +375,13 @@ impl<'g> FastLayer<'g> {
     }
 
     /// Upload bf16 inputs (raw bits): x [T, H], w13 [E, 2I, H], w2 [E, H, I], dy [T, H].
-    pub fn upload(
-        &mut self,
-        x: &[u16],
-        w13: &[u16],
-        w2: &[u16],
-        dy: &[u16],
-    ) -> Result<(), GpuError> {
-        let FastDims {
-            tokens: t,
-            hidden: hd,
-            inter: id,
-            experts: e,
-            ..
-        } = self.dims;
-        if x.len() != t * hd
-            || w13.len() != e * 2 * id * hd
-            || w2.len() != e * hd * id
-            || dy.len() != t * hd
-        {
-            return Err(GpuError::Input(
-                "input sizes do not match the layer's dims".into(),
-            ));
+    pub fn upload(&mut self, x: &[u16], w13: &[u16], w2: &[u16], dy: &[u16]) -> Result<(), GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, .. } = self.dims;
+        if x.len() != t * hd || w13.len() != e * 2 * id * hd || w2.len() != e * hd * id || dy.len() != t * hd {
+            return Err(GpuError::Input("input sizes do not match the layer's dims".into()));
         }
         let s = &self.gpu.stream;
-        for (src, dst) in [
-            (x, &mut self.x),
-            (w13, &mut self.w13),
-            (w2, &mut self.w2),
-            (dy, &mut self.dy),
-        ] {
+        for (src, dst) in [(x, &mut self.x), (w13, &mut self.w13), (w2, &mut self.w2), (dy, &mut self.dy)] {
             if !src.is_empty() {
                 s.memcpy_htod(src, dst)?;
             }
@@ -498,18 +392,9 @@ impl<'g> FastLayer<'g> {
     /// Fill x, dy with uniform values of standard deviation 1, w13 with std H^-1/2 and w2 with std I^-1/2
     /// (the PyTorch baseline's scales), on the device.
     pub fn fill_random(&mut self, seed: u64) -> Result<(), GpuError> {
-        let FastDims {
-            hidden: hd,
-            inter: id,
-            ..
-        } = self.dims;
+        let FastDims { hidden: hd, inter: id, .. } = self.dims;
         let sqrt3 = 3f32.sqrt();
-        let plan = [
-            (0u64, sqrt3),
-            (1, sqrt3 / (hd as f32).sqrt()),
-            (2, sqrt3 / (id as f32).sqrt()),
-            (3, sqrt3),
-        ];
+        let plan = [(0u64, sqrt3), (1, sqrt3 / (hd as f32).sqrt()), (2, sqrt3 / (id as f32).sqrt()), (3, sqrt3)];
         for (i, scale) in plan {
             let buf = match i {
                 0 => &mut self.x,
@@ -519,50 +404,23 @@ impl<'g> FastLayer<'g> {
             };
             let n = buf.len() as i64;
             let sd = seed.wrapping_mul(0x9E37_79B9).wrapping_add(i);
-            let cfg = LaunchConfig {
-                grid_dim: (1024, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             // SAFETY: fc_fill_random(bf16*, long long, unsigned long long, float) writes n elements of buf.
-            unsafe {
-                self.gpu
-                    .stream
-                    .launch_builder(self.k.f("fc_fill_random"))
-                    .arg(buf)
-                    .arg(&n)
-                    .arg(&sd)
-                    .arg(&scale)
-                    .launch(cfg)?
-            };
+            unsafe { self.gpu.stream.launch_builder(self.k.f("fc_fill_random")).arg(buf).arg(&n).arg(&sd).arg(&scale).launch(cfg)? };
         }
         Ok(())
     }
 
     /// Fill every bf16 output and intermediate with NaN, so that a test sees any element a kernel leaves unwritten.
     pub fn poison_outputs(&mut self) -> Result<(), GpuError> {
-        let bufs = [
-            &mut self.h,
-            &mut self.a,
-            &mut self.o,
-            &mut self.y,
-            &mut self.dh,
-            &mut self.aw,
-            &mut self.dx_rows,
-            &mut self.grad_x,
-            &mut self.grad_w13,
-            &mut self.grad_w2,
-        ];
+        let bufs = [&mut self.h, &mut self.a, &mut self.o, &mut self.y, &mut self.dh, &mut self.aw, &mut self.dx_rows, &mut self.grad_x, &mut self.grad_w13, &mut self.grad_w2];
         fill_nan(self.gpu, self.k, bufs)
     }
 
     /// Choose the row GEMMs' engine: wgmma (Hopper only; the default there) or mma.sync (every GPU).
     pub fn use_wgmma(&mut self, on: bool) -> Result<(), GpuError> {
         if on && !self.k.wgmma {
-            return Err(GpuError::Input(format!(
-                "wgmma needs an sm_90a GPU; these kernels were built for {}",
-                self.k.arch
-            )));
+            return Err(GpuError::Input(format!("wgmma needs an sm_90a GPU; these kernels were built for {}", self.k.arch)));
         }
         self.wgmma = on;
         if !on {
@@ -605,10 +463,7 @@ impl<'g> FastLayer<'g> {
     /// Also run the weight-gradient GEMMs on wgmma (MN-major operands; Hopper only).
     pub fn use_wgmma_wgrad(&mut self, on: bool) -> Result<(), GpuError> {
         if on && !self.k.wgmma {
-            return Err(GpuError::Input(format!(
-                "wgmma needs an sm_90a GPU; these kernels were built for {}",
-                self.k.arch
-            )));
+            return Err(GpuError::Input(format!("wgmma needs an sm_90a GPU; these kernels were built for {}", self.k.arch)));
         }
         self.wgrad_wgmma = on;
         if on {
@@ -621,10 +476,7 @@ impl<'g> FastLayer<'g> {
     }
 
     /// Choose an engine (one of `ENGINES`; the wgmma ones need sm_90a).
-    pub fn set_engine(
-        &mut self,
-        (wgmma, wgrad, direct, persistent): Engine,
-    ) -> Result<(), GpuError> {
+    pub fn set_engine(&mut self, (wgmma, wgrad, direct, persistent): Engine) -> Result<(), GpuError> {
         self.use_wgmma(wgmma)?;
         self.use_wgmma_wgrad(wgrad)?;
         self.use_wgmma_direct(direct)?;
@@ -651,9 +503,7 @@ impl<'g> FastLayer<'g> {
     /// Replace x [T, H] (bf16 bits) only.
     pub fn upload_x(&mut self, x: &[u16]) -> Result<(), GpuError> {
         if x.len() != self.dims.tokens * self.dims.hidden {
-            return Err(GpuError::Input(
-                "x size does not match the layer's dims".into(),
-            ));
+            return Err(GpuError::Input("x size does not match the layer's dims".into()));
         }
         if !x.is_empty() {
             self.gpu.stream.memcpy_htod(x, &mut self.x)?;
@@ -662,11 +512,7 @@ impl<'g> FastLayer<'g> {
     }
 
     /// Median wall time on the GPU (CUDA events around each repetition) of `reps` runs of `f`.
-    pub fn median_ms<F: FnMut(&mut Self) -> Result<(), GpuError>>(
-        &mut self,
-        reps: usize,
-        mut f: F,
-    ) -> Result<f32, GpuError> {
+    pub fn median_ms<F: FnMut(&mut Self) -> Result<(), GpuError>>(&mut self, reps: usize, mut f: F) -> Result<f32, GpuError> {
         let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let mut ts = Vec::with_capacity(reps);
         for _ in 0..reps.max(1) {
@@ -686,15 +532,10 @@ impl<'g> FastLayer<'g> {
 
     /// The kernel times of the profiled passes since the last call.
     pub fn kernel_times(&mut self) -> Result<Vec<KernelTime>, GpuError> {
-        let Some(p) = self.profile.as_mut() else {
-            return Ok(Vec::new());
-        };
+        let Some(p) = self.profile.as_mut() else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for (name, a, b) in p.drain(..) {
-            out.push(KernelTime {
-                name,
-                ms: a.elapsed_ms(&b)?,
-            });
+            out.push(KernelTime { name, ms: a.elapsed_ms(&b)? });
         }
         Ok(out)
     }
@@ -708,36 +549,16 @@ impl<'g> FastLayer<'g> {
         F: FnOnce(&Self) -> Result<(), GpuError>,
     {
         let timing = self.profile.is_some();
-        let start = if timing {
-            Some(
-                self.gpu
-                    .stream
-                    .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?,
-            )
-        } else {
-            None
-        };
+        let start = if timing { Some(self.gpu.stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?) } else { None };
         f(self)?;
         if let Some(start) = start {
-            let end = self
-                .gpu
-                .stream
-                .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
-            self.profile
-                .as_mut()
-                .expect("profiling")
-                .push((name, start, end));
+            let end = self.gpu.stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+            self.profile.as_mut().expect("profiling").push((name, start, end));
         }
         Ok(())
     }
 
-    fn gemm(
-        &mut self,
-        name: &'static str,
-        label: &'static str,
-        grid: (usize, usize, usize),
-        p: GemmParams,
-    ) -> Result<(), GpuError> {
+    fn gemm(&mut self, name: &'static str, label: &'static str, grid: (usize, usize, usize), p: GemmParams) -> Result<(), GpuError> {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(());
         }
@@ -746,40 +567,16 @@ impl<'g> FastLayer<'g> {
             let [ta, tb, tc, td] = self.tensor_maps(ws, &p)?;
             return self.launch(label, |me| {
                 // SAFETY: as below; the tensor maps describe live buffers of this layer (tensor_maps).
-                unsafe {
-                    me.gpu
-                        .stream
-                        .launch_builder(me.k.f(ws))
-                        .arg(&p)
-                        .arg(&ta)
-                        .arg(&tb)
-                        .arg(&tc)
-                        .arg(&td)
-                        .launch(cfg)?
-                };
+                unsafe { me.gpu.stream.launch_builder(me.k.f(ws)).arg(&p).arg(&ta).arg(&tb).arg(&tc).arg(&td).launch(cfg)? };
                 Ok(())
             });
         }
-        let smem = if name.starts_with("wg_") {
-            source::WG_SMEM as u32
-        } else {
-            self.k.smem()
-        };
-        let cfg = LaunchConfig {
-            grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: smem,
-        };
+        let smem = if name.starts_with("wg_") { source::WG_SMEM as u32 } else { self.k.smem() };
+        let cfg = LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem };
         self.launch(label, |me| {
             // SAFETY: every pointer in `p` is a live buffer of this layer sized from the same dims as the
             // indices the kernel forms (see the field comments in fast_gemm.cu); one stream orders the launches.
-            unsafe {
-                me.gpu
-                    .stream
-                    .launch_builder(me.k.f(name))
-                    .arg(&p)
-                    .launch(cfg)?
-            };
+            unsafe { me.gpu.stream.launch_builder(me.k.f(name)).arg(&p).launch(cfg)? };
             Ok(())
         })
     }
@@ -789,21 +586,14 @@ impl<'g> FastLayer<'g> {
         if !self.persistent {
             return None;
         }
-        source::WS_GEMMS
-            .iter()
-            .copied()
-            .find(|ws| ws.strip_prefix("ws_") == name.strip_prefix("wg_"))
+        source::WS_GEMMS.iter().copied().find(|ws| ws.strip_prefix("ws_") == name.strip_prefix("wg_"))
     }
 
     /// One persistent block per SM, at most one per tile of the plain grid (an upper bound on the tiles: the
     /// row GEMMs' tile count is known only on the device).
     fn persistent_config(&self, grid: (usize, usize, usize)) -> LaunchConfig {
         let blocks = (grid.0 * grid.1 * grid.2).min(self.k.sms).max(1);
-        LaunchConfig {
-            grid_dim: (blocks as u32, 1, 1),
-            block_dim: (source::WS_THREADS, 1, 1),
-            shared_mem_bytes: source::WS_SMEM as u32,
-        }
+        LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (source::WS_THREADS, 1, 1), shared_mem_bytes: source::WS_SMEM as u32 }
     }
 
     /// The tensor maps of a persistent row GEMM: A's rows when they are not gathered (2-D, [rows][K], boxes
@@ -813,67 +603,22 @@ impl<'g> FastLayer<'g> {
     /// [1][rows][I] as the fourth map).
     fn tensor_maps(&self, ws: &str, p: &GemmParams) -> Result<[TmaDesc; 4], GpuError> {
         let (k, n, e) = (p.k_dim as u64, p.n_dim as u64, self.dims.experts as u64);
-        let ta = if p.a_idx == 0 {
-            tma_desc(
-                p.a,
-                &[k, self.rows.max(1) as u64],
-                &[p.lda as u64],
-                &[64, 128],
-            )?
-        } else {
-            TmaDesc::default()
-        };
+        let ta = if p.a_idx == 0 { tma_desc(p.a, &[k, self.rows.max(1) as u64], &[p.lda as u64], &[64, 128])? } else { TmaDesc::default() };
         let tb = match ws {
-            "ws_gemm1_swiglu" => tma_desc(
-                p.b,
-                &[k, n, e],
-                &[p.ldb as u64, p.b_estride as u64],
-                &[64, 128, 1],
-            )?,
-            "ws_rows" => tma_desc(
-                p.b,
-                &[k, n, e],
-                &[p.ldb as u64, p.b_estride as u64],
-                &[64, 256, 1],
-            )?,
-            "ws_rows_bmn" | "ws_rows_bmn_f32" => tma_desc(
-                p.b,
-                &[n, k, e],
-                &[p.ldb as u64, p.b_estride as u64],
-                &[64, 64, 1],
-            )?,
+            "ws_gemm1_swiglu" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 128, 1])?,
+            "ws_rows" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 256, 1])?,
+            "ws_rows_bmn" | "ws_rows_bmn_f32" => tma_desc(p.b, &[n, k, e], &[p.ldb as u64, p.b_estride as u64], &[64, 64, 1])?,
             _ => return Err(GpuError::Input(format!("no tensor maps for {ws}"))),
         };
         let rows = self.rows.max(1) as u64;
         let tc = match ws {
-            "ws_rows" | "ws_rows_bmn" => tma_desc(
-                p.c,
-                &[n, rows, 1],
-                &[p.ldc as u64, p.ldc as u64 * rows],
-                &[64, 64, 1],
-            )?,
-            "ws_rows_bmn_f32" => tma_desc_of(
-                true,
-                p.c,
-                &[n, rows, 1],
-                &[p.ldc as u64, p.ldc as u64 * rows],
-                &[32, 64, 1],
-            )?,
-            "ws_gemm1_swiglu" => tma_desc(
-                p.c,
-                &[2 * p.inter as u64, rows, 1],
-                &[p.ldc as u64, p.ldc as u64 * rows],
-                &[64, 64, 1],
-            )?,
+            "ws_rows" | "ws_rows_bmn" => tma_desc(p.c, &[n, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[64, 64, 1])?,
+            "ws_rows_bmn_f32" => tma_desc_of(true, p.c, &[n, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[32, 64, 1])?,
+            "ws_gemm1_swiglu" => tma_desc(p.c, &[2 * p.inter as u64, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[64, 64, 1])?,
             _ => TmaDesc::default(),
         };
         let td = match ws {
-            "ws_gemm1_swiglu" => tma_desc(
-                p.c2,
-                &[p.inter as u64, rows, 1],
-                &[p.inter as u64, p.inter as u64 * rows],
-                &[64, 64, 1],
-            )?,
+            "ws_gemm1_swiglu" => tma_desc(p.c2, &[p.inter as u64, rows, 1], &[p.inter as u64, p.inter as u64 * rows], &[64, 64, 1])?,
             _ => TmaDesc::default(),
         };
         Ok([ta, tb, tc, td])
@@ -893,74 +638,31 @@ impl<'g> FastLayer<'g> {
 
     /// Routing to rows, GEMM1 + SwiGLU, GEMM2, combine. Asynchronous (on the GPU's stream).
     pub fn forward(&mut self) -> Result<(), GpuError> {
-        let FastDims {
-            tokens: t,
-            hidden: hd,
-            inter: id,
-            experts: e,
-            top_k: kk,
-        } = self.dims;
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
         let slots = t * kk;
         let (slots_i, e_i, k_i) = (slots as i32, e as i32, kk as i32);
         if slots > 0 {
             let chunks = slots.div_ceil(ROUTE_CHUNK);
             let chunks_i = chunks as i32;
-            let grid = LaunchConfig {
-                grid_dim: (chunks as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let one = LaunchConfig {
-                grid_dim: (1, 1, 1),
-                block_dim: (1024, 1, 1),
-                shared_mem_bytes: (8 * e) as u32,
-            };
+            let grid = LaunchConfig { grid_dim: (chunks as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: (8 * e) as u32 };
             // SAFETY (three launches): argument lists match cuda/fast/fast_route.cu; counts holds chunks*E,
             // tiles 3*max_tiles (a bound on the tiles fr_scan writes), the row arrays `rows` entries.
             self.launch("route_count", |me| {
-                unsafe {
-                    me.gpu
-                        .stream
-                        .launch_builder(me.k.f("fr_count"))
-                        .arg(&me.ids)
-                        .arg(&slots_i)
-                        .arg(&e_i)
-                        .arg(&me.counts)
-                        .launch(grid)?
-                };
+                unsafe { me.gpu.stream.launch_builder(me.k.f("fr_count")).arg(&me.ids).arg(&slots_i).arg(&e_i).arg(&me.counts).launch(grid)? };
                 Ok(())
             })?;
             self.launch("route_scan", |me| {
                 unsafe {
-                    me.gpu
-                        .stream
-                        .launch_builder(me.k.f("fr_scan"))
-                        .arg(&me.counts)
-                        .arg(&chunks_i)
-                        .arg(&e_i)
-                        .arg(&me.offsets)
-                        .arg(&me.tiles)
-                        .arg(&me.tile_count)
-                        .launch(one)?
+                    me.gpu.stream.launch_builder(me.k.f("fr_scan")).arg(&me.counts).arg(&chunks_i).arg(&e_i).arg(&me.offsets).arg(&me.tiles).arg(&me.tile_count).launch(one)?
                 };
                 Ok(())
             })?;
             self.launch("route_fill", |me| {
                 unsafe {
-                    me.gpu
-                        .stream
-                        .launch_builder(me.k.f("fr_fill"))
-                        .arg(&me.ids)
-                        .arg(&me.weights)
-                        .arg(&slots_i)
-                        .arg(&k_i)
-                        .arg(&e_i)
-                        .arg(&me.counts)
-                        .arg(&me.offsets)
-                        .arg(&me.row_token)
-                        .arg(&me.row_slot)
-                        .arg(&me.row_w)
-                        .arg(&me.slot_row)
+                    me.gpu.stream.launch_builder(me.k.f("fr_fill"))
+                        .arg(&me.ids).arg(&me.weights).arg(&slots_i).arg(&k_i).arg(&e_i).arg(&me.counts).arg(&me.offsets)
+                        .arg(&me.row_token).arg(&me.row_slot).arg(&me.row_w).arg(&me.slot_row)
                         .launch(grid)?
                 };
                 Ok(())
@@ -984,66 +686,29 @@ impl<'g> FastLayer<'g> {
             self.gemm("fg_rows_nt", "gemm2", (hd.div_ceil(TILE_N), tiles, 1), p)?;
         }
         if t > 0 {
-            let (o, w, sr, y) = (
-                self.ptr(&self.o),
-                self.ptr(&self.weights),
-                self.ptr(&self.slot_row),
-                self.ptr(&self.y),
-            );
+            let (o, w, sr, y) = (self.ptr(&self.o), self.ptr(&self.weights), self.ptr(&self.slot_row), self.ptr(&self.y));
             self.combine("combine", o, w, sr, y)?;
         }
         Ok(())
     }
 
     /// `out[t] = Σ_j (w[t,j]·) rows[row(t,j)]`; `weights` 0 for the plain un-dispatch sum.
-    fn combine(
-        &mut self,
-        name: &'static str,
-        rows: u64,
-        weights: u64,
-        slot_row: u64,
-        out: u64,
-    ) -> Result<(), GpuError> {
-        let FastDims {
-            tokens: t,
-            hidden: hd,
-            top_k: kk,
-            ..
-        } = self.dims;
+    fn combine(&mut self, name: &'static str, rows: u64, weights: u64, slot_row: u64, out: u64) -> Result<(), GpuError> {
+        let FastDims { tokens: t, hidden: hd, top_k: kk, .. } = self.dims;
         let n = t * hd / 8;
-        let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(256) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = LaunchConfig { grid_dim: (n.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let (ti, ki, hi) = (t as i32, kk as i32, hd as i32);
         self.launch(name, |me| {
             // SAFETY: fc_combine(const bf16*, const float*, const int*, bf16*, int, int, int); rows has
             // `rows` x H, slot_row T x k entries (or -1), out T x H.
-            unsafe {
-                me.gpu
-                    .stream
-                    .launch_builder(me.k.f("fc_combine"))
-                    .arg(&rows)
-                    .arg(&weights)
-                    .arg(&slot_row)
-                    .arg(&out)
-                    .arg(&ti)
-                    .arg(&ki)
-                    .arg(&hi)
-                    .launch(cfg)?
-            };
+            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_combine")).arg(&rows).arg(&weights).arg(&slot_row).arg(&out).arg(&ti).arg(&ki).arg(&hi).launch(cfg)? };
             Ok(())
         })
     }
 
     /// GEMM1 with the SwiGLU in its epilogue: H and A rows from the gathered rows of X.
     fn gemm1(&mut self) -> Result<(), GpuError> {
-        let FastDims {
-            hidden: hd,
-            inter: id,
-            ..
-        } = self.dims;
+        let FastDims { hidden: hd, inter: id, .. } = self.dims;
         let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
         let mut p = self.base_params();
         p.a = self.ptr(&self.x);
@@ -1058,19 +723,9 @@ impl<'g> FastLayer<'g> {
         p.n_dim = (2 * id) as i32;
         p.k_dim = hd as i32;
         if self.wgmma {
-            self.gemm(
-                "wg_gemm1_swiglu",
-                "gemm1+swiglu",
-                (id.div_ceil(WG_TILE_N / 2), tiles, 1),
-                p,
-            )?;
+            self.gemm("wg_gemm1_swiglu", "gemm1+swiglu", (id.div_ceil(WG_TILE_N / 2), tiles, 1), p)?;
         } else {
-            self.gemm(
-                "fg_gemm1_swiglu",
-                "gemm1+swiglu",
-                (id.div_ceil(TILE_N / 2), tiles, 1),
-                p,
-            )?;
+            self.gemm("fg_gemm1_swiglu", "gemm1+swiglu", (id.div_ceil(TILE_N / 2), tiles, 1), p)?;
         }
         Ok(())
     }
@@ -1091,13 +746,7 @@ impl<'g> FastLayer<'g> {
     /// dA (+ SwiGLU backward, A', routing-weight partials), routing-weight gradient, dX rows, un-dispatch,
     /// dW13, dW2. Needs a forward first. Asynchronous.
     pub fn backward(&mut self) -> Result<(), GpuError> {
-        let FastDims {
-            tokens: t,
-            hidden: hd,
-            inter: id,
-            experts: e,
-            top_k: kk,
-        } = self.dims;
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
         let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
         let n_tiles_i = if self.direct {
             1
@@ -1112,12 +761,7 @@ impl<'g> FastLayer<'g> {
                 self.w2t = zeros(self.gpu, e * hd * id)?;
                 self.w13t = zeros(self.gpu, e * 2 * id * hd)?;
             }
-            let (w2, w2t, w13, w13t) = (
-                self.ptr(&self.w2),
-                self.ptr(&self.w2t),
-                self.ptr(&self.w13),
-                self.ptr(&self.w13t),
-            );
+            let (w2, w2t, w13, w13t) = (self.ptr(&self.w2), self.ptr(&self.w2t), self.ptr(&self.w13), self.ptr(&self.w13t));
             self.transpose("transpose_w2", w2, w2t, hd, id)?;
             self.transpose("transpose_w13", w13, w13t, 2 * id, hd)?;
         }
@@ -1153,37 +797,18 @@ impl<'g> FastLayer<'g> {
         if self.direct {
             p.c = self.ptr(&self.da_raw);
             p.ldc = id as i64;
-            self.gemm(
-                "wg_rows_bmn_f32",
-                "dA_raw",
-                (id.div_ceil(WG_TILE_N), tiles, 1),
-                p,
-            )?;
+            self.gemm("wg_rows_bmn_f32", "dA_raw", (id.div_ceil(WG_TILE_N), tiles, 1), p)?;
             if self.rows > 0 {
                 let (rows_i, ii) = (self.rows as i32, id as i32);
                 let (alpha, limit) = (self.alpha, self.limit);
-                let cfg = LaunchConfig {
-                    grid_dim: (self.rows.div_ceil(8) as u32, 1, 1),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
-                };
+                let cfg = LaunchConfig { grid_dim: (self.rows.div_ceil(8) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
                 self.launch("swiglu_bwd_rows", |me| {
                     // SAFETY: fc_swiglu_bwd_rows(const float*, const bf16*, const float*, bf16*, bf16*, float*, int,
                     // int, float, float); da_raw rows x I, h and dh rows x 2I, aw rows x I, ds_part >= rows.
                     unsafe {
-                        me.gpu
-                            .stream
-                            .launch_builder(me.k.f("fc_swiglu_bwd_rows"))
-                            .arg(&me.da_raw)
-                            .arg(&me.h)
-                            .arg(&me.row_w)
-                            .arg(&me.dh)
-                            .arg(&me.aw)
-                            .arg(&me.ds_part)
-                            .arg(&rows_i)
-                            .arg(&ii)
-                            .arg(&alpha)
-                            .arg(&limit)
+                        me.gpu.stream.launch_builder(me.k.f("fc_swiglu_bwd_rows"))
+                            .arg(&me.da_raw).arg(&me.h).arg(&me.row_w).arg(&me.dh).arg(&me.aw).arg(&me.ds_part)
+                            .arg(&rows_i).arg(&ii).arg(&alpha).arg(&limit)
                             .launch(cfg)?
                     };
                     Ok(())
@@ -1197,24 +822,10 @@ impl<'g> FastLayer<'g> {
         if t * kk > 0 {
             let slots = t * kk;
             let (nt, sl) = (n_tiles_i as i32, slots as i32);
-            let cfg = LaunchConfig {
-                grid_dim: (slots.div_ceil(256) as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = LaunchConfig { grid_dim: (slots.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             self.launch("slot_grad", |me| {
                 // SAFETY: fc_slot_grad(const float*, int, const int*, float*, int); ds_part is rows x n_tiles.
-                unsafe {
-                    me.gpu
-                        .stream
-                        .launch_builder(me.k.f("fc_slot_grad"))
-                        .arg(&me.ds_part)
-                        .arg(&nt)
-                        .arg(&me.slot_row)
-                        .arg(&me.grad_tw)
-                        .arg(&sl)
-                        .launch(cfg)?
-                };
+                unsafe { me.gpu.stream.launch_builder(me.k.f("fc_slot_grad")).arg(&me.ds_part).arg(&nt).arg(&me.slot_row).arg(&me.grad_tw).arg(&sl).launch(cfg)? };
                 Ok(())
             })?;
         }
@@ -1237,12 +848,7 @@ impl<'g> FastLayer<'g> {
         if self.direct {
             p.b = self.ptr(&self.w13);
             p.ldb = hd as i64;
-            self.gemm(
-                "wg_rows_bmn",
-                "dX_rows",
-                (hd.div_ceil(WG_TILE_N), tiles, 1),
-                p,
-            )?;
+            self.gemm("wg_rows_bmn", "dX_rows", (hd.div_ceil(WG_TILE_N), tiles, 1), p)?;
         } else if self.wgmma {
             p.b = self.ptr(&self.w13t);
             p.ldb = (2 * id) as i64;
@@ -1253,11 +859,7 @@ impl<'g> FastLayer<'g> {
             self.gemm("fg_rows_nn", "dX_rows", (hd.div_ceil(TILE_N), tiles, 1), p)?;
         }
         if t > 0 {
-            let (dx, sr, gx) = (
-                self.ptr(&self.dx_rows),
-                self.ptr(&self.slot_row),
-                self.ptr(&self.grad_x),
-            );
+            let (dx, sr, gx) = (self.ptr(&self.dx_rows), self.ptr(&self.slot_row), self.ptr(&self.grad_x));
             self.combine("undispatch", dx, 0, sr, gx)?;
         }
         if !gather_first {
@@ -1269,34 +871,14 @@ impl<'g> FastLayer<'g> {
     }
 
     /// `dst[r] = src[row_token[r]]` for every row (`cols` bf16 each).
-    fn gather_rows(
-        &mut self,
-        label: &'static str,
-        src: u64,
-        dst: u64,
-        cols: usize,
-    ) -> Result<(), GpuError> {
+    fn gather_rows(&mut self, label: &'static str, src: u64, dst: u64, cols: usize) -> Result<(), GpuError> {
         let (rows, c) = (self.rows as i32, cols as i32);
         let blocks = (self.rows * cols / 8).div_ceil(256).clamp(1, 65535 * 16) as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         self.launch(label, |me| {
             // SAFETY: fc_gather_rows(const bf16*, const int*, bf16*, int, int); row_token holds rows indices < T,
             // src is T x cols and dst rows x cols.
-            unsafe {
-                me.gpu
-                    .stream
-                    .launch_builder(me.k.f("fc_gather_rows"))
-                    .arg(&src)
-                    .arg(&me.row_token)
-                    .arg(&dst)
-                    .arg(&rows)
-                    .arg(&c)
-                    .launch(cfg)?
-            };
+            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_gather_rows")).arg(&src).arg(&me.row_token).arg(&dst).arg(&rows).arg(&c).launch(cfg)? };
             Ok(())
         })
     }
@@ -1304,12 +886,7 @@ impl<'g> FastLayer<'g> {
     /// grad_w13[e] = dH_eᵀ · X_e over each expert's rows; X's rows from `x` (gathered by `x_idx` unless 0).
     /// Weight gradients run for every expert, so experts without rows get exact zeros.
     fn wgrad_w13(&mut self, x: u64, x_idx: u64) -> Result<(), GpuError> {
-        let FastDims {
-            hidden: hd,
-            inter: id,
-            experts: e,
-            ..
-        } = self.dims;
+        let FastDims { hidden: hd, inter: id, experts: e, .. } = self.dims;
         let mut p = self.base_params();
         p.a = self.ptr(&self.dh);
         p.lda = (2 * id) as i64;
@@ -1321,21 +898,12 @@ impl<'g> FastLayer<'g> {
         p.c = self.ptr(&self.grad_w13);
         p.ldc = hd as i64;
         p.c_estride = (2 * id * hd) as i64;
-        self.gemm_wgrad(
-            "wgrad_w13",
-            (hd.div_ceil(TILE_N), (2 * id).div_ceil(TILE_M), e),
-            p,
-        )
+        self.gemm_wgrad("wgrad_w13", (hd.div_ceil(TILE_N), (2 * id).div_ceil(TILE_M), e), p)
     }
 
     /// grad_w2[e] = dY_eᵀ · A'_e; dY's rows from `dy` (gathered by `dy_idx` unless 0).
     fn wgrad_w2(&mut self, dy: u64, dy_idx: u64) -> Result<(), GpuError> {
-        let FastDims {
-            hidden: hd,
-            inter: id,
-            experts: e,
-            ..
-        } = self.dims;
+        let FastDims { hidden: hd, inter: id, experts: e, .. } = self.dims;
         let mut p = self.base_params();
         p.a = dy;
         p.a_idx = dy_idx;
@@ -1351,100 +919,39 @@ impl<'g> FastLayer<'g> {
     }
 
     /// `out[e] = in[e]ᵀ` for each expert's [rows, cols] matrix.
-    fn transpose(
-        &mut self,
-        label: &'static str,
-        input: u64,
-        out: u64,
-        rows: usize,
-        cols: usize,
-    ) -> Result<(), GpuError> {
+    fn transpose(&mut self, label: &'static str, input: u64, out: u64, rows: usize, cols: usize) -> Result<(), GpuError> {
         let e = self.dims.experts;
-        let cfg = LaunchConfig {
-            grid_dim: (cols.div_ceil(64) as u32, rows.div_ceil(64) as u32, e as u32),
-            block_dim: (32, 8, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = LaunchConfig { grid_dim: (cols.div_ceil(64) as u32, rows.div_ceil(64) as u32, e as u32), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
         let (r, c) = (rows as i32, cols as i32);
         self.launch(label, |me| {
             // SAFETY: fc_transpose(const bf16*, bf16*, int, int); both buffers hold E x rows x cols.
-            unsafe {
-                me.gpu
-                    .stream
-                    .launch_builder(me.k.f("fc_transpose"))
-                    .arg(&input)
-                    .arg(&out)
-                    .arg(&r)
-                    .arg(&c)
-                    .launch(cfg)?
-            };
+            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_transpose")).arg(&input).arg(&out).arg(&r).arg(&c).launch(cfg)? };
             Ok(())
         })
     }
 
-    fn gemm_wgrad(
-        &mut self,
-        label: &'static str,
-        grid: (usize, usize, usize),
-        mut p: GemmParams,
-    ) -> Result<(), GpuError> {
+    fn gemm_wgrad(&mut self, label: &'static str, grid: (usize, usize, usize), mut p: GemmParams) -> Result<(), GpuError> {
         let (kernel, cfg) = if self.wgrad_wgmma && self.persistent {
             // the expert count travels in k_dim (the k ranges come from the offsets)
             p.k_dim = grid.2 as i32;
-            (
-                "ws_wgrad",
-                self.persistent_config((grid.0.div_ceil(2), grid.1, grid.2)),
-            )
+            ("ws_wgrad", self.persistent_config((grid.0.div_ceil(2), grid.1, grid.2)))
         } else {
             let (kernel, grid, smem) = if self.wgrad_wgmma {
                 // 128 x 256 tiles instead of 128 x 128
-                (
-                    "wg_wgrad",
-                    (grid.0.div_ceil(2), grid.1, grid.2),
-                    source::WG_SMEM as u32,
-                )
+                ("wg_wgrad", (grid.0.div_ceil(2), grid.1, grid.2), source::WG_SMEM as u32)
             } else {
                 ("fg_wgrad", grid, self.k.smem())
             };
-            (
-                kernel,
-                LaunchConfig {
-                    grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: smem,
-                },
-            )
+            (kernel, LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem })
         };
         // the persistent kernel's tensor maps of the operands in row order ([rows][columns], boxes of 64 k lines
         // x 64 columns); zeros for a gathered one
         let rows = self.rows.max(1) as u64;
-        let map = |ptr: u64, idx: u64, cols: i32, ld: i64| {
-            if idx == 0 {
-                tma_desc(ptr, &[cols as u64, rows], &[ld as u64], &[64, 64])
-            } else {
-                Ok(TmaDesc::default())
-            }
-        };
-        let (ta, tb) = if kernel == "ws_wgrad" {
-            (
-                map(p.a, p.a_idx, p.m_dim, p.lda)?,
-                map(p.b, p.b_idx, p.n_dim, p.ldb)?,
-            )
-        } else {
-            Default::default()
-        };
+        let map = |ptr: u64, idx: u64, cols: i32, ld: i64| if idx == 0 { tma_desc(ptr, &[cols as u64, rows], &[ld as u64], &[64, 64]) } else { Ok(TmaDesc::default()) };
+        let (ta, tb) = if kernel == "ws_wgrad" { (map(p.a, p.a_idx, p.m_dim, p.lda)?, map(p.b, p.b_idx, p.n_dim, p.ldb)?) } else { Default::default() };
         // the output, [E][m_dim][n_dim] in boxes of 64 rows x 64 columns (the TMA-store epilogue)
         let (m, n, e) = (p.m_dim as u64, p.n_dim as u64, self.dims.experts as u64);
-        let tc = if kernel == "ws_wgrad" {
-            tma_desc(
-                p.c,
-                &[n, m, e],
-                &[p.ldc as u64, p.c_estride as u64],
-                &[64, 64, 1],
-            )?
-        } else {
-            TmaDesc::default()
-        };
+        let tc = if kernel == "ws_wgrad" { tma_desc(p.c, &[n, m, e], &[p.ldc as u64, p.c_estride as u64], &[64, 64, 1])? } else { TmaDesc::default() };
         let td = TmaDesc::default();
         self.launch(label, |me| {
             let mut b = me.gpu.stream.launch_builder(me.k.f(kernel));
@@ -1467,22 +974,14 @@ impl<'g> FastLayer<'g> {
     /// Bytes kept from forward for backward per token: the k rows of H (bf16) plus each row's token, slot,
     /// weight and each slot's row (the caller holds X and dY).
     pub fn bytes_kept_per_token(&self) -> f64 {
-        let FastDims {
-            tokens: t,
-            inter: id,
-            ..
-        } = self.dims;
+        let FastDims { tokens: t, inter: id, .. } = self.dims;
         self.bytes_kept_per_token_recompute() + (self.rows * 2 * id * 2) as f64 / t.max(1) as f64
     }
 
     /// Bytes kept from forward for backward per token with `recompute_h`: the routing metadata only (each row's
     /// token, slot and weight, each slot's row).
     pub fn bytes_kept_per_token_recompute(&self) -> f64 {
-        let FastDims {
-            tokens: t,
-            top_k: kk,
-            ..
-        } = self.dims;
+        let FastDims { tokens: t, top_k: kk, .. } = self.dims;
         (self.rows * 12 + t * kk * 4) as f64 / t.max(1) as f64
     }
 
@@ -1491,45 +990,19 @@ impl<'g> FastLayer<'g> {
     pub fn extra_bytes(&self) -> (usize, usize) {
         let b16 = |s: &CudaSlice<u16>| s.len() * 2;
         let b32 = |n: usize| n * 4;
-        let work = b16(&self.h)
-            + b16(&self.a)
-            + b16(&self.o)
-            + b16(&self.y)
-            + b16(&self.dh)
-            + b16(&self.aw)
-            + b16(&self.dx_rows)
-            + b16(&self.w2t)
-            + b16(&self.w13t)
-            + b32(self.da_raw.len())
-            + b32(self.counts.len()
-                + self.offsets.len()
-                + self.tiles.len()
-                + self.row_token.len()
-                + self.row_slot.len()
-                + self.row_w.len()
-                + self.slot_row.len()
-                + self.ds_part.len());
-        let grads =
-            b16(&self.grad_x) + b16(&self.grad_w13) + b16(&self.grad_w2) + b32(self.grad_tw.len());
+        let work = b16(&self.h) + b16(&self.a) + b16(&self.o) + b16(&self.y) + b16(&self.dh) + b16(&self.aw) + b16(&self.dx_rows)
+            + b16(&self.w2t) + b16(&self.w13t) + b32(self.da_raw.len())
+            + b32(self.counts.len() + self.offsets.len() + self.tiles.len() + self.row_token.len() + self.row_slot.len() + self.row_w.len() + self.slot_row.len() + self.ds_part.len());
+        let grads = b16(&self.grad_x) + b16(&self.grad_w13) + b16(&self.grad_w2) + b32(self.grad_tw.len());
         (work, grads)
     }
 
     /// Download everything the layer wrote.
     pub fn trace(&self) -> Result<FastTrace, GpuError> {
-        let FastDims {
-            tokens: t,
-            hidden: hd,
-            inter: id,
-            experts: e,
-            top_k: kk,
-        } = self.dims;
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
         let m = self.rows;
         let s = &self.gpu.stream;
-        fn take<T: DeviceRepr + Clone>(
-            s: &Arc<cudarc::driver::CudaStream>,
-            d: &CudaSlice<T>,
-            n: usize,
-        ) -> Result<Vec<T>, GpuError> {
+        fn take<T: DeviceRepr + Clone>(s: &Arc<cudarc::driver::CudaStream>, d: &CudaSlice<T>, n: usize) -> Result<Vec<T>, GpuError> {
             let mut v = s.clone_dtoh(d)?;
             v.truncate(n);
             Ok(v)
@@ -1556,30 +1029,11 @@ impl<'g> FastLayer<'g> {
 
     /// Copy the caller's device inputs (bf16 bits, exact lengths) into the layer's own buffers, device to
     /// device: the launches take the layer's buffers, so inputs the caller owns are copied, not aliased.
-    pub fn copy_inputs_dtod(
-        &mut self,
-        x: &CudaSlice<u16>,
-        w13: &CudaSlice<u16>,
-        w2: &CudaSlice<u16>,
-        dy: Option<&CudaSlice<u16>>,
-    ) -> Result<(), GpuError> {
-        let FastDims {
-            tokens: t,
-            hidden: hd,
-            inter: id,
-            experts: e,
-            ..
-        } = self.dims;
-        let want = [
-            (x.len(), t * hd),
-            (w13.len(), e * 2 * id * hd),
-            (w2.len(), e * hd * id),
-            (dy.map_or(t * hd, |d| d.len()), t * hd),
-        ];
+    pub fn copy_inputs_dtod(&mut self, x: &CudaSlice<u16>, w13: &CudaSlice<u16>, w2: &CudaSlice<u16>, dy: Option<&CudaSlice<u16>>) -> Result<(), GpuError> {
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, .. } = self.dims;
+        let want = [(x.len(), t * hd), (w13.len(), e * 2 * id * hd), (w2.len(), e * hd * id), (dy.map_or(t * hd, |d| d.len()), t * hd)];
         if want.iter().any(|(got, n)| got != n) {
-            return Err(GpuError::Input(
-                "input sizes do not match the layer's dims".into(),
-            ));
+            return Err(GpuError::Input("input sizes do not match the layer's dims".into()));
         }
         let s = &self.gpu.stream;
         let mut pairs = vec![(x, &mut self.x), (w13, &mut self.w13), (w2, &mut self.w2)];
@@ -1597,13 +1051,7 @@ impl<'g> FastLayer<'g> {
     /// The layer's device buffers, each cut to its exact length (views into the layer; valid until the
     /// next pass writes them).
     pub fn buffers(&self) -> FastBuffers<'_> {
-        let FastDims {
-            tokens: t,
-            hidden: hd,
-            inter: id,
-            experts: e,
-            top_k: kk,
-        } = self.dims;
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
         let m = self.rows;
         FastBuffers {
             row_token: self.row_token.slice(..m),
@@ -1628,24 +1076,13 @@ impl<'g> FastLayer<'g> {
     pub fn inputs(&self) -> Result<Inputs, GpuError> {
         let s = &self.gpu.stream;
         s.synchronize()?;
-        let FastDims {
-            tokens: t,
-            hidden: hd,
-            inter: id,
-            experts: e,
-            ..
-        } = self.dims;
+        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, .. } = self.dims;
         let get = |d: &CudaSlice<u16>, n: usize| -> Result<Vec<u16>, GpuError> {
             let mut v = s.clone_dtoh(d)?;
             v.truncate(n);
             Ok(v)
         };
-        Ok((
-            get(&self.x, t * hd)?,
-            get(&self.w13, e * 2 * id * hd)?,
-            get(&self.w2, e * hd * id)?,
-            get(&self.dy, t * hd)?,
-        ))
+        Ok((get(&self.x, t * hd)?, get(&self.w13, e * 2 * id * hd)?, get(&self.w2, e * hd * id)?, get(&self.dy, t * hd)?))
     }
 }
 
@@ -1660,10 +1097,7 @@ mod tests {
     #[test]
     fn gemm_params_have_the_c_layout() {
         // FastGemmParams: 12 pointers, 5 long longs, 4 ints, 2 floats, no padding
-        assert_eq!(
-            std::mem::size_of::<GemmParams>(),
-            12 * 8 + 5 * 8 + 4 * 4 + 2 * 4
-        );
+        assert_eq!(std::mem::size_of::<GemmParams>(), 12 * 8 + 5 * 8 + 4 * 4 + 2 * 4);
         assert_eq!(std::mem::align_of::<GemmParams>(), 8);
     }
 
@@ -1702,17 +1136,10 @@ mod tests {
     fn routing_ids_are_validated_on_the_host() {
         assert_eq!(validate_ids(&[0, 1, -1, 2], 2, 3).unwrap(), 3);
         assert_eq!(validate_ids(&[], 2, 3).unwrap(), 0);
-        for (ids, what) in [
-            (&[0, 3][..], "is not -1 or an expert"),
-            (&[1, 1][..], "twice"),
-            (&[0, -2][..], "is not -1 or an expert"),
-        ] {
+        for (ids, what) in [(&[0, 3][..], "is not -1 or an expert"), (&[1, 1][..], "twice"), (&[0, -2][..], "is not -1 or an expert")] {
             match validate_ids(ids, 2, 3) {
                 Err(GpuError::Input(m)) => assert!(m.contains(what), "{m}"),
-                other => panic!(
-                    "{ids:?}: expected an input error, got {:?}",
-                    other.map_err(|e| e.to_string())
-                ),
+                other => panic!("{ids:?}: expected an input error, got {:?}", other.map_err(|e| e.to_string())),
             }
         }
     }

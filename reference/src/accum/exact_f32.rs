@@ -21,22 +21,12 @@ fn is_f32_midpoint(r: f64) -> bool {
     if f64::from(f) == r {
         return false;
     }
-    let (lo, hi) = if f64::from(f) < r {
-        (f, next_up(f))
-    } else {
-        (next_down(f), f)
-    };
+    let (lo, hi) = if f64::from(f) < r { (f, next_up(f)) } else { (next_down(f), f) };
     (f64::from(lo) + f64::from(hi)) * 0.5 == r
 }
 
 fn next_up(f: f32) -> f32 {
-    if f >= 0.0 {
-        f32::from_bits(f.to_bits() + 1)
-    } else if f == 0.0 {
-        f32::from_bits(1)
-    } else {
-        f32::from_bits(f.to_bits() - 1)
-    }
+    if f >= 0.0 { f32::from_bits(f.to_bits() + 1) } else if f == 0.0 { f32::from_bits(1) } else { f32::from_bits(f.to_bits() - 1) }
 }
 
 fn next_down(f: f32) -> f32 {
@@ -54,19 +44,9 @@ fn round_midpoint(r: f64, terms: impl Iterator<Item = (f64, f64)>) -> f64 {
     // Exactly on the midpoint: ties to even, which `as f32` does; otherwise go the way of the residual.
     let (lo, hi) = {
         let f = r as f32;
-        if f64::from(f) < r {
-            (f, next_up(f))
-        } else {
-            (next_down(f), f)
-        }
+        if f64::from(f) < r { (f, next_up(f)) } else { (next_down(f), f) }
     };
-    f64::from(if d > 0.0 {
-        hi
-    } else if d < 0.0 {
-        lo
-    } else {
-        r as f32
-    })
+    f64::from(if d > 0.0 { hi } else if d < 0.0 { lo } else { r as f32 })
 }
 
 pub(super) fn dot(a: &[f64], b: &[f64], _scales: Option<Scales>) -> f64 {
@@ -78,11 +58,7 @@ pub(super) fn dot(a: &[f64], b: &[f64], _scales: Option<Scales>) -> f64 {
     }
 }
 
-pub(super) fn gemm_nt(
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    scales: Option<Scales>,
-) -> Array2<f64> {
+pub(super) fn gemm_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> Array2<f64> {
     // With scales, fold each block's scale into its operand: a·sa is exact in f64 (an FP8 or bf16 value
     // times an f32 scale needs at most 32 significant bits).
     let (a, b) = match scales {
@@ -94,18 +70,14 @@ pub(super) fn gemm_nt(
     };
     let mut c = matmul_nt(a.view(), b.view());
     let n = c.ncols();
-    c.as_slice_mut()
-        .expect("fresh array")
-        .par_chunks_mut(n.max(1))
-        .enumerate()
-        .for_each(|(i, row)| {
-            for (j, v) in row.iter_mut().enumerate() {
-                *v = if is_f32_midpoint(*v) {
-                    round_midpoint(*v, a.row(i).iter().copied().zip(b.row(j).iter().copied()))
-                } else {
-                    f64::from(*v as f32)
-                };
-            }
-        });
+    c.as_slice_mut().expect("fresh array").par_chunks_mut(n.max(1)).enumerate().for_each(|(i, row)| {
+        for (j, v) in row.iter_mut().enumerate() {
+            *v = if is_f32_midpoint(*v) {
+                round_midpoint(*v, a.row(i).iter().copied().zip(b.row(j).iter().copied()))
+            } else {
+                f64::from(*v as f32)
+            };
+        }
+    });
     c
 }

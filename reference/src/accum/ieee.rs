@@ -35,22 +35,13 @@ fn lanes(fma: bool, a: &[f32], bp: &[[f32; NR]], k0: usize, k1: usize) -> [f32; 
         let x = a[k];
         let b = &bp[k];
         for l in 0..NR {
-            acc[l] = if fma {
-                x.mul_add(b[l], acc[l])
-            } else {
-                acc[l] + x * b[l]
-            };
+            acc[l] = if fma { x.mul_add(b[l], acc[l]) } else { acc[l] + x * b[l] };
         }
     }
     acc
 }
 
-pub(super) fn gemm_nt(
-    fma: bool,
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    scales: Option<Scales>,
-) -> Array2<f64> {
+pub(super) fn gemm_nt(fma: bool, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> Array2<f64> {
     let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
     let mut c = Array2::zeros((m, n));
     if m == 0 || n == 0 {
@@ -65,36 +56,27 @@ pub(super) fn gemm_nt(
             bp[(j / NR) * k + t][j % NR] = fl32(b[[j, t]]);
         }
     }
-    c.as_slice_mut()
-        .expect("fresh array")
-        .par_chunks_mut(n)
-        .enumerate()
-        .for_each(|(i, out)| {
-            let ar: Vec<f32> = a.row(i).iter().map(|&v| fl32(v)).collect();
-            for p in 0..np {
-                let panel = &bp[p * k..(p + 1) * k];
-                let v = match scales {
-                    None => lanes(fma, &ar, panel, 0, k),
-                    Some((sa, sb, kb)) => {
-                        let mut fin = [0.0f32; NR];
-                        for (blk, k0) in (0..k).step_by(kb).enumerate() {
-                            let part = lanes(fma, &ar, panel, k0, (k0 + kb).min(k));
-                            for l in 0..NR.min(n - p * NR) {
-                                fin[l] = promote_scaled(
-                                    fin[l],
-                                    sa[[i, blk]],
-                                    sb[[p * NR + l, blk]],
-                                    part[l],
-                                );
-                            }
+    c.as_slice_mut().expect("fresh array").par_chunks_mut(n).enumerate().for_each(|(i, out)| {
+        let ar: Vec<f32> = a.row(i).iter().map(|&v| fl32(v)).collect();
+        for p in 0..np {
+            let panel = &bp[p * k..(p + 1) * k];
+            let v = match scales {
+                None => lanes(fma, &ar, panel, 0, k),
+                Some((sa, sb, kb)) => {
+                    let mut fin = [0.0f32; NR];
+                    for (blk, k0) in (0..k).step_by(kb).enumerate() {
+                        let part = lanes(fma, &ar, panel, k0, (k0 + kb).min(k));
+                        for l in 0..NR.min(n - p * NR) {
+                            fin[l] = promote_scaled(fin[l], sa[[i, blk]], sb[[p * NR + l, blk]], part[l]);
                         }
-                        fin
                     }
-                };
-                for l in 0..NR.min(n - p * NR) {
-                    out[p * NR + l] = f64::from(v[l]);
+                    fin
                 }
+            };
+            for l in 0..NR.min(n - p * NR) {
+                out[p * NR + l] = f64::from(v[l]);
             }
-        });
+        }
+    });
     c
 }

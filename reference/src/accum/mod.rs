@@ -52,39 +52,19 @@ pub struct TensorCore {
 
 impl TensorCore {
     /// Hopper `wgmma` with bf16 operands: 16 products, 25 bits, f32 result truncated (RZ).
-    pub const HOPPER_BF16: Self = TensorCore {
-        k_inst: 16,
-        n_bits: 25,
-        out_frac_bits: 23,
-        promote_every: None,
-        operands: (Format::Bf16, Format::Bf16),
-    };
+    pub const HOPPER_BF16: Self =
+        TensorCore { k_inst: 16, n_bits: 25, out_frac_bits: 23, promote_every: None, operands: (Format::Bf16, Format::Bf16) };
     /// Hopper `wgmma` with E4M3 operands, promoted to f32 every 128 (DeepSeek-V3, DeepGEMM, cuBLAS
     /// without fast accumulation).
-    pub const HOPPER_FP8: Self = TensorCore {
-        k_inst: 32,
-        n_bits: 13,
-        out_frac_bits: 13,
-        promote_every: Some(128),
-        operands: (Format::E4M3, Format::E4M3),
-    };
+    pub const HOPPER_FP8: Self =
+        TensorCore { k_inst: 32, n_bits: 13, out_frac_bits: 13, promote_every: Some(128), operands: (Format::E4M3, Format::E4M3) };
+    /// The same without promotion (cuBLAS `use_fast_accum`): the whole K chains in the tensor core.
+    pub const HOPPER_FP8_FAST: Self =
+        TensorCore { k_inst: 32, n_bits: 13, out_frac_bits: 13, promote_every: None, operands: (Format::E4M3, Format::E4M3) };
     /// Blackwell `tcgen05` with E4M3 operands (MXFP8 recipes): 32 products an instruction, 25 bits, f32
     /// out, no promotion (MMA-Sim's model; not checked on hardware here).
-    pub const BLACKWELL_FP8: Self = TensorCore {
-        k_inst: 32,
-        n_bits: 25,
-        out_frac_bits: 23,
-        promote_every: None,
-        operands: (Format::E4M3, Format::E4M3),
-    };
-    /// The same without promotion (cuBLAS `use_fast_accum`): the whole K chains in the tensor core.
-    pub const HOPPER_FP8_FAST: Self = TensorCore {
-        k_inst: 32,
-        n_bits: 13,
-        out_frac_bits: 13,
-        promote_every: None,
-        operands: (Format::E4M3, Format::E4M3),
-    };
+    pub const BLACKWELL_FP8: Self =
+        TensorCore { k_inst: 32, n_bits: 25, out_frac_bits: 23, promote_every: None, operands: (Format::E4M3, Format::E4M3) };
 }
 
 /// An accumulation model.
@@ -111,20 +91,13 @@ const NAMES: [(&str, Model); 6] = [
     ("f32-fma", Model::F32Fma),
     ("hopper", Model::TensorCore(TensorCore::HOPPER_BF16)),
     ("hopper-fp8", Model::TensorCore(TensorCore::HOPPER_FP8)),
-    (
-        "hopper-fp8-fast",
-        Model::TensorCore(TensorCore::HOPPER_FP8_FAST),
-    ),
+    ("hopper-fp8-fast", Model::TensorCore(TensorCore::HOPPER_FP8_FAST)),
 ];
 
 impl Model {
     /// `"exact"`, `"f32"`, `"f32-fma"`, `"hopper"` (bf16 wgmma), `"hopper-fp8"`, `"hopper-fp8-fast"`.
     pub fn parse(s: &str) -> Result<Model, UnknownModel> {
-        NAMES
-            .iter()
-            .find(|(n, _)| *n == s)
-            .map(|(_, m)| *m)
-            .ok_or_else(|| UnknownModel(s.to_string()))
+        NAMES.iter().find(|(n, _)| *n == s).map(|(_, m)| *m).ok_or_else(|| UnknownModel(s.to_string()))
     }
 
     /// The name [`Model::parse`] reads; a tensor-core model with other parameters is spelled out.
@@ -138,8 +111,7 @@ impl Model {
                 t.k_inst,
                 t.n_bits,
                 t.out_frac_bits,
-                t.promote_every
-                    .map_or("none".to_string(), |p| p.to_string()),
+                t.promote_every.map_or("none".to_string(), |p| p.to_string()),
                 t.operands.0,
                 t.operands.1
             ),
@@ -153,18 +125,11 @@ pub type Scales<'a> = (ArrayView2<'a, f64>, ArrayView2<'a, f64>, usize);
 
 /// `C[m, n] = Σ_k a[m, k]·b[n, k]` under `model`, as the f32 accumulator holds it (an f64 holding an f32).
 /// Operands are f32-representable (bf16 or FP8 values for the tensor-core models).
-pub fn gemm_nt(
-    model: &Model,
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    scales: Option<Scales>,
-) -> Array2<f64> {
+pub fn gemm_nt(model: &Model, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> Array2<f64> {
     check_shapes(a, b, scales);
     match model {
         Model::Exact => exact_f32::gemm_nt(a, b, scales),
-        Model::F32Sequential | Model::F32Fma => {
-            ieee::gemm_nt(*model == Model::F32Fma, a, b, scales)
-        }
+        Model::F32Sequential | Model::F32Fma => ieee::gemm_nt(*model == Model::F32Fma, a, b, scales),
         Model::TensorCore(t) => {
             let mut c = Array2::zeros((a.nrows(), b.nrows()));
             tensor_core::gemm_nt_into(t, a, b, scales, c.view_mut());
@@ -175,13 +140,7 @@ pub fn gemm_nt(
 
 /// [`gemm_nt`] written into `c` ([M, N]): the tensor-core model fills it directly (no M×N temporary);
 /// the other models, off the emulator's hot paths, compute and copy.
-pub fn gemm_nt_into(
-    model: &Model,
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    scales: Option<Scales>,
-    mut c: ArrayViewMut2<f64>,
-) {
+pub fn gemm_nt_into(model: &Model, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, mut c: ArrayViewMut2<f64>) {
     match model {
         Model::TensorCore(t) => {
             check_shapes(a, b, scales);
@@ -197,14 +156,7 @@ pub fn gemm_nt_into(
 /// in f64; the sums and products are f64 operations in instruction order (within a relative
 /// `(instructions + 2·blocks)·2^-53` of the real value), written as `B` rounded up. The values are
 /// [`gemm_nt_into`]'s bit for bit.
-pub fn gemm_nt_mag_into<B: BoundElem>(
-    t: &TensorCore,
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    scales: Option<Scales>,
-    c: ArrayViewMut2<f64>,
-    mag: ArrayViewMut2<B>,
-) {
+pub fn gemm_nt_mag_into<B: BoundElem>(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, c: ArrayViewMut2<f64>, mag: ArrayViewMut2<B>) {
     check_shapes(a, b, scales);
     tensor_core::gemm_nt_mag_into(t, a, b, scales, c, mag)
 }
@@ -265,16 +217,7 @@ pub fn dot(model: &Model, a: &[f64], b: &[f64], scales: Option<(&[f64], &[f64], 
             let sa = ArrayView2::from_shape((1, sa.len()), sa).expect("row");
             let sb = ArrayView2::from_shape((1, sb.len()), sb).expect("row");
             match model {
-                Model::TensorCore(t) => slow::dot(
-                    t,
-                    a,
-                    b,
-                    Some((
-                        sa.row(0).to_slice().unwrap(),
-                        sb.row(0).to_slice().unwrap(),
-                        kb,
-                    )),
-                ),
+                Model::TensorCore(t) => slow::dot(t, a, b, Some((sa.row(0).to_slice().unwrap(), sb.row(0).to_slice().unwrap(), kb))),
                 _ => gemm_nt(model, av, bv, Some((sa, sb, kb)))[[0, 0]],
             }
         }

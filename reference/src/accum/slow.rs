@@ -24,23 +24,13 @@ impl Dyadic {
         let neg = bits >> 63 == 1;
         let field = ((bits >> 52) & 0x7FF) as i64;
         let frac = bits & ((1u64 << 52) - 1);
-        let (m, e) = if field == 0 {
-            (frac, -1074)
-        } else {
-            (frac | (1u64 << 52), field - 1075)
-        };
+        let (m, e) = if field == 0 { (frac, -1074) } else { (frac | (1u64 << 52), field - 1075) };
         let m = BigInt::from(m);
-        Dyadic {
-            m: if neg { -m } else { m },
-            e,
-        }
+        Dyadic { m: if neg { -m } else { m }, e }
     }
 
     fn mul(&self, o: &Dyadic) -> Dyadic {
-        Dyadic {
-            m: &self.m * &o.m,
-            e: self.e + o.e,
-        }
+        Dyadic { m: &self.m * &o.m, e: self.e + o.e }
     }
 
     /// `floor(log2 |v|)`, for a nonzero value.
@@ -74,29 +64,17 @@ fn instruction(t: &TensorCore, c: f32, a: &[f64], b: &[f64]) -> f32 {
     let mut neg_inf = c == f32::NEG_INFINITY;
     let mut nan = c.is_nan();
     for (&x, &y) in a.iter().zip(b) {
-        if x.is_nan()
-            || y.is_nan()
-            || (x.is_infinite() && y == 0.0)
-            || (y.is_infinite() && x == 0.0)
-        {
+        if x.is_nan() || y.is_nan() || (x.is_infinite() && y == 0.0) || (y.is_infinite() && x == 0.0) {
             nan = true;
         } else if x.is_infinite() || y.is_infinite() {
-            if (x < 0.0) != (y < 0.0) {
-                neg_inf = true
-            } else {
-                pos_inf = true
-            }
+            if (x < 0.0) != (y < 0.0) { neg_inf = true } else { pos_inf = true }
         }
     }
     if nan || (pos_inf && neg_inf) {
         return f32::NAN;
     }
     if pos_inf || neg_inf {
-        return if pos_inf {
-            f32::INFINITY
-        } else {
-            f32::NEG_INFINITY
-        };
+        return if pos_inf { f32::INFINITY } else { f32::NEG_INFINITY };
     }
     // Terms with their alignment exponents.
     let mut terms: Vec<(Dyadic, i64)> = Vec::new();
@@ -121,18 +99,11 @@ fn instruction(t: &TensorCore, c: f32, a: &[f64], b: &[f64]) -> f32 {
     if sum.is_zero() {
         return 0.0;
     }
-    let s = Dyadic {
-        m: sum,
-        e: emax - n,
-    };
+    let s = Dyadic { m: sum, e: emax - n };
     // Truncate to out_frac_bits below the leading bit, and to f32's subnormal spacing 2^-149.
     let lead = s.floor_log2();
     if lead >= 128 {
-        return if s.m.is_negative() {
-            f32::NEG_INFINITY
-        } else {
-            f32::INFINITY
-        };
+        return if s.m.is_negative() { f32::NEG_INFINITY } else { f32::INFINITY };
     }
     let lsb = (lead - i64::from(t.out_frac_bits)).max(-149);
     let q = s.trunc_scaled(-lsb);
@@ -176,12 +147,7 @@ pub fn dot(t: &TensorCore, a: &[f64], b: &[f64], scales: Option<(&[f64], &[f64],
 
 /// [`dot`] and the sum over its instructions of |their result| (with scales, each K block's sum times
 /// `sa·sb`, in f64): what [`super::gemm_nt_mag_into`] computes.
-pub fn dot_magnitudes(
-    t: &TensorCore,
-    a: &[f64],
-    b: &[f64],
-    scales: Option<(&[f64], &[f64], usize)>,
-) -> (f64, f64) {
+pub fn dot_magnitudes(t: &TensorCore, a: &[f64], b: &[f64], scales: Option<(&[f64], &[f64], usize)>) -> (f64, f64) {
     assert_eq!(a.len(), b.len(), "lengths differ");
     let mut mag = 0.0f64;
     let v = match scales {

@@ -116,12 +116,7 @@ struct Acc {
 
 impl Acc {
     fn zero() -> Acc {
-        Acc {
-            ec: [ZERO_EXP; NR],
-            mc: [0; NR],
-            neg_zero: [false; NR],
-            inf: [0; NR],
-        }
+        Acc { ec: [ZERO_EXP; NR], mc: [0; NR], neg_zero: [false; NR], inf: [0; NR] }
     }
 
     /// The lanes as f32 values.
@@ -131,11 +126,7 @@ impl Acc {
         for (l, o) in out.iter_mut().enumerate() {
             let m = self.mc[l];
             let am = m.unsigned_abs() as u32;
-            let field = if am >= 1 << 23 {
-                (self.ec[l] + 127) as u32
-            } else {
-                0
-            };
+            let field = if am >= 1 << 23 { (self.ec[l] + 127) as u32 } else { 0 };
             let sign = u32::from(m < 0 || self.neg_zero[l]) << 31;
             let v = f32::from_bits(sign | field << 23 | (am & 0x7F_FFFF));
             *o = match self.inf[l] {
@@ -169,24 +160,17 @@ fn add_magnitudes(acc: &Acc, mag: &mut [f64; NR]) {
 fn exponents_row(a: i32, b: &[i32; NR], x: &mut [i32; NR], emax: &mut [i32; NR]) {
     #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
     {
-        use std::arch::x86_64::{
-            __m256i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_max_epi32, _mm256_set1_epi32,
-            _mm256_storeu_si256,
-        };
+        use std::arch::x86_64::{__m256i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_max_epi32, _mm256_set1_epi32, _mm256_storeu_si256};
         // SAFETY: AVX2 is enabled for this build (cfg above); every load and store is of 8 i32 within
         // one of the 16-lane arrays.
         unsafe {
             let va = _mm256_set1_epi32(a);
             for h in 0..NR / 8 {
                 let o = h * 8;
-                let v =
-                    _mm256_add_epi32(va, _mm256_loadu_si256(b.as_ptr().add(o) as *const __m256i));
+                let v = _mm256_add_epi32(va, _mm256_loadu_si256(b.as_ptr().add(o) as *const __m256i));
                 _mm256_storeu_si256(x.as_mut_ptr().add(o) as *mut __m256i, v);
                 let m = _mm256_loadu_si256(emax.as_ptr().add(o) as *const __m256i);
-                _mm256_storeu_si256(
-                    emax.as_mut_ptr().add(o) as *mut __m256i,
-                    _mm256_max_epi32(m, v),
-                );
+                _mm256_storeu_si256(emax.as_mut_ptr().add(o) as *mut __m256i, _mm256_max_epi32(m, v));
             }
         }
     }
@@ -202,16 +186,7 @@ fn exponents_row(a: i32, b: &[i32; NR], x: &mut [i32; NR], emax: &mut [i32; NR])
 /// `ma`) and the panel's rows `eb`, `mb`. `x` is scratch for the products' alignment exponents.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn instruction(
-    t: &TensorCore,
-    chunk: usize,
-    acc: &mut Acc,
-    x: &mut [[i32; NR]; KMAX],
-    ea: &[i32],
-    ma: &[i32],
-    eb: &[[i32; NR]],
-    mb: &[[i32; NR]],
-) {
+fn instruction(t: &TensorCore, chunk: usize, acc: &mut Acc, x: &mut [[i32; NR]; KMAX], ea: &[i32], ma: &[i32], eb: &[[i32; NR]], mb: &[[i32; NR]]) {
     let kk = ea.len();
     let (n, f) = (t.n_bits as i32, t.out_frac_bits as i32);
     // E: the largest alignment exponent of C and the products.
@@ -273,11 +248,7 @@ fn instruction(
         acc.inf[l] = if acc.inf[l] != 0 {
             acc.inf[l]
         } else if over {
-            if neg {
-                -1
-            } else {
-                1
-            }
+            if neg { -1 } else { 1 }
         } else {
             0
         };
@@ -293,33 +264,14 @@ type Scratch = [[i32; NR]; KMAX];
 /// `mag`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn run<const MAG: bool>(
-    t: &TensorCore,
-    a: &Operand,
-    row: usize,
-    bp: &Panels,
-    panel: usize,
-    s0: usize,
-    s1: usize,
-    x: &mut Scratch,
-    mag: &mut [f64; NR],
-) -> [f32; NR] {
+fn run<const MAG: bool>(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, s0: usize, s1: usize, x: &mut Scratch, mag: &mut [f64; NR]) -> [f32; NR] {
     let k = bp.k;
     let (ar, br) = (row * k, panel * k);
     let mut acc = Acc::zero();
     let mut i0 = s0;
     while i0 < s1 {
         let i1 = (i0 + t.k_inst).min(s1);
-        instruction(
-            t,
-            bp.chunk,
-            &mut acc,
-            x,
-            &a.e[ar + i0..ar + i1],
-            &a.m[ar + i0..ar + i1],
-            &bp.e[br + i0..br + i1],
-            &bp.m[br + i0..br + i1],
-        );
+        instruction(t, bp.chunk, &mut acc, x, &a.e[ar + i0..ar + i1], &a.m[ar + i0..ar + i1], &bp.e[br + i0..br + i1], &bp.m[br + i0..br + i1]);
         if MAG {
             add_magnitudes(&acc, mag);
         }
@@ -332,17 +284,7 @@ fn run<const MAG: bool>(
 /// `MAG`, the instructions' |results| added to `mag`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn chain<const MAG: bool>(
-    t: &TensorCore,
-    a: &Operand,
-    row: usize,
-    bp: &Panels,
-    panel: usize,
-    k0: usize,
-    k1: usize,
-    x: &mut Scratch,
-    mag: &mut [f64; NR],
-) -> [f32; NR] {
+fn chain<const MAG: bool>(t: &TensorCore, a: &Operand, row: usize, bp: &Panels, panel: usize, k0: usize, k1: usize, x: &mut Scratch, mag: &mut [f64; NR]) -> [f32; NR] {
     match t.promote_every {
         None => run::<MAG>(t, a, row, bp, panel, k0, k1, x, mag),
         Some(p) => {
@@ -365,14 +307,10 @@ fn chain<const MAG: bool>(
 /// instructions of at most [`KMAX`]. Returns the products' shift and how many of them an i32 partial sum
 /// holds (the instruction's sum is exact in i64 either way).
 fn fast_path_fits(t: &TensorCore) -> Option<(u32, usize)> {
-    let (ma, mb) = (
-        t.operands.0.spec().mantissa_bits,
-        t.operands.1.spec().mantissa_bits,
-    );
+    let (ma, mb) = (t.operands.0.spec().mantissa_bits, t.operands.1.spec().mantissa_bits);
     let shift = t.n_bits.checked_sub(ma + mb)?;
     let max_p = (((1u64 << (ma + 1)) - 1) * ((1u64 << (mb + 1)) - 1)) << shift;
-    (t.k_inst >= 1 && t.k_inst <= KMAX && max_p <= i32::MAX as u64 && t.n_bits <= 40)
-        .then_some((shift, (i32::MAX as u64 / max_p) as usize))
+    (t.k_inst >= 1 && t.k_inst <= KMAX && max_p <= i32::MAX as u64 && t.n_bits <= 40).then_some((shift, (i32::MAX as u64 / max_p) as usize))
 }
 
 /// Whether `t` runs on the integer-lane kernel (else on the big-integer definition, far slower), for tests.
@@ -381,38 +319,20 @@ pub fn fast_path_available(t: &TensorCore) -> bool {
     fast_path_fits(t).is_some()
 }
 
-pub(super) fn gemm_nt_into(
-    t: &TensorCore,
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    scales: Option<Scales>,
-    c: ArrayViewMut2<f64>,
-) {
+pub(super) fn gemm_nt_into(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, c: ArrayViewMut2<f64>) {
     gemm_nt_lanes::<false, f64>(t, a, b, scales, wide_lanes_available(), c, None)
 }
 
 /// [`gemm_nt_into`], and `mag[m, n]` = Σ over the instructions of entry (m, n)'s chain of |their result|,
 /// each times its K block's `sa·sb` with scales ([`super::gemm_nt_mag_into`]).
-pub(super) fn gemm_nt_mag_into<B: BoundElem>(
-    t: &TensorCore,
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    scales: Option<Scales>,
-    c: ArrayViewMut2<f64>,
-    mag: ArrayViewMut2<B>,
-) {
+pub(super) fn gemm_nt_mag_into<B: BoundElem>(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, c: ArrayViewMut2<f64>, mag: ArrayViewMut2<B>) {
     gemm_nt_lanes::<true, B>(t, a, b, scales, wide_lanes_available(), c, Some(mag))
 }
 
 /// [`super::gemm_nt`] for a tensor-core model without the AVX-512 build of the kernel (the path other
 /// CPUs take), so that tests on an AVX-512 machine cover both builds.
 #[doc(hidden)]
-pub fn gemm_nt_portable(
-    t: &TensorCore,
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    scales: Option<Scales>,
-) -> Array2<f64> {
+pub fn gemm_nt_portable(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> Array2<f64> {
     let mut c = Array2::<f64>::zeros((a.nrows(), b.nrows()));
     gemm_nt_lanes::<false, f64>(t, a, b, scales, false, c.view_mut(), None);
     c
@@ -420,12 +340,7 @@ pub fn gemm_nt_portable(
 
 /// [`gemm_nt_portable`] with the magnitudes of [`gemm_nt_mag_into`]: `(values, magnitudes)`.
 #[doc(hidden)]
-pub fn gemm_nt_mag_portable(
-    t: &TensorCore,
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    scales: Option<Scales>,
-) -> (Array2<f64>, Array2<f64>) {
+pub fn gemm_nt_mag_portable(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> (Array2<f64>, Array2<f64>) {
     let mut c = Array2::<f64>::zeros((a.nrows(), b.nrows()));
     let mut mag = Array2::<f64>::zeros((a.nrows(), b.nrows()));
     gemm_nt_lanes::<true, f64>(t, a, b, scales, false, c.view_mut(), Some(mag.view_mut()));
@@ -435,15 +350,7 @@ pub fn gemm_nt_mag_portable(
 /// Writes every entry of `c` ([M, N]) and, with `MAG`, of `mag`; the caller's arrays are the results, so
 /// no M×N temporary is made (the emulator's weight gradients are 3M entries per expert).
 #[allow(clippy::too_many_arguments)]
-fn gemm_nt_lanes<const MAG: bool, B: BoundElem>(
-    t: &TensorCore,
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    scales: Option<Scales>,
-    wide: bool,
-    mut c: ArrayViewMut2<f64>,
-    mut mag: Option<ArrayViewMut2<B>>,
-) {
+fn gemm_nt_lanes<const MAG: bool, B: BoundElem>(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>, wide: bool, mut c: ArrayViewMut2<f64>, mut mag: Option<ArrayViewMut2<B>>) {
     let (m, n) = (a.nrows(), b.nrows());
     assert_eq!(c.dim(), (m, n), "output shape");
     assert_eq!(MAG, mag.is_some(), "magnitudes asked for and given alike");
@@ -472,21 +379,17 @@ fn gemm_nt_lanes<const MAG: bool, B: BoundElem>(
         Some(g) => g.axis_chunks_iter_mut(Axis(1), NR).map(Some).collect(),
         None => (0..n.div_ceil(NR)).map(|_| None).collect(),
     };
-    c.axis_chunks_iter_mut(Axis(1), NR)
-        .into_par_iter()
-        .zip(mag_cols)
-        .enumerate()
-        .for_each(|(p, (mut cols, mut g))| {
-            if wide {
-                // SAFETY: the CPU has the features `panel_wide` is compiled for (checked at run time).
-                #[cfg(target_arch = "x86_64")]
-                unsafe {
-                    panel_wide::<MAG, B>(t, &da, m, &bp, p, n, scales, &mut cols, g.as_mut())
-                }
-            } else {
-                panel_rows::<MAG, B>(t, &da, m, &bp, p, n, scales, &mut cols, g.as_mut())
+    c.axis_chunks_iter_mut(Axis(1), NR).into_par_iter().zip(mag_cols).enumerate().for_each(|(p, (mut cols, mut g))| {
+        if wide {
+            // SAFETY: the CPU has the features `panel_wide` is compiled for (checked at run time).
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                panel_wide::<MAG, B>(t, &da, m, &bp, p, n, scales, &mut cols, g.as_mut())
             }
-        });
+        } else {
+            panel_rows::<MAG, B>(t, &da, m, &bp, p, n, scales, &mut cols, g.as_mut())
+        }
+    });
 }
 
 /// Whether the AVX-512 build of the row kernel can run here.
@@ -510,34 +413,14 @@ fn wide_lanes_available() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx512cd")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn panel_wide<const MAG: bool, B: BoundElem>(
-    t: &TensorCore,
-    a: &Operand,
-    m: usize,
-    bp: &Panels,
-    p: usize,
-    n: usize,
-    scales: Option<Scales>,
-    out: &mut ArrayViewMut2<f64>,
-    mag: Option<&mut ArrayViewMut2<B>>,
-) {
+unsafe fn panel_wide<const MAG: bool, B: BoundElem>(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut ArrayViewMut2<f64>, mag: Option<&mut ArrayViewMut2<B>>) {
     panel_rows::<MAG, B>(t, a, m, bp, p, n, scales, out, mag)
 }
 
 /// Panel `p` (output columns `p·NR ..`) for every row of A: `out[[i, l]]`, and with `MAG` `mag[[i, l]]`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn panel_rows<const MAG: bool, B: BoundElem>(
-    t: &TensorCore,
-    a: &Operand,
-    m: usize,
-    bp: &Panels,
-    p: usize,
-    n: usize,
-    scales: Option<Scales>,
-    out: &mut ArrayViewMut2<f64>,
-    mut mag: Option<&mut ArrayViewMut2<B>>,
-) {
+fn panel_rows<const MAG: bool, B: BoundElem>(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut ArrayViewMut2<f64>, mut mag: Option<&mut ArrayViewMut2<B>>) {
     let k = bp.k;
     let mut x: Scratch = [[0i32; NR]; KMAX];
     for i in 0..m {
@@ -554,8 +437,7 @@ fn panel_rows<const MAG: bool, B: BoundElem>(
                 let mut fin = [0.0f32; NR];
                 for (blk, k0) in (0..k).step_by(kb).enumerate() {
                     let mut block = [0.0f64; NR];
-                    let part =
-                        chain::<MAG>(t, a, i, bp, p, k0, (k0 + kb).min(k), &mut x, &mut block);
+                    let part = chain::<MAG>(t, a, i, bp, p, k0, (k0 + kb).min(k), &mut x, &mut block);
                     if MAG {
                         overflowed_to_infinity(&part, &mut block);
                     }
@@ -595,32 +477,22 @@ fn overflowed_to_infinity(v: &[f32; NR], mag: &mut [f64; NR]) {
 
 /// Entry by entry through the definition: for operands off the declared formats' grids. Values and the
 /// magnitudes of [`gemm_nt_mag_into`].
-fn slow_gemm(
-    t: &TensorCore,
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    scales: Option<Scales>,
-) -> (Array2<f64>, Array2<f64>) {
+fn slow_gemm(t: &TensorCore, a: ArrayView2<f64>, b: ArrayView2<f64>, scales: Option<Scales>) -> (Array2<f64>, Array2<f64>) {
     let (m, n) = (a.nrows(), b.nrows());
     let mut c = Array2::<f64>::zeros((m, n));
     let mut g = Array2::<f64>::zeros((m, n));
-    c.as_slice_mut()
-        .expect("fresh array")
-        .par_chunks_mut(n)
-        .zip(g.as_slice_mut().expect("fresh array").par_chunks_mut(n))
-        .enumerate()
-        .for_each(|(i, (out, mag))| {
-            let ar = a.row(i).to_vec();
-            for (j, (o, g)) in out.iter_mut().zip(mag.iter_mut()).enumerate() {
-                let br = b.row(j).to_vec();
-                (*o, *g) = match scales {
-                    None => slow::dot_magnitudes(t, &ar, &br, None),
-                    Some((sa, sb, kb)) => {
-                        let (sa, sb) = (sa.row(i).to_vec(), sb.row(j).to_vec());
-                        slow::dot_magnitudes(t, &ar, &br, Some((&sa, &sb, kb)))
-                    }
-                };
-            }
-        });
+    c.as_slice_mut().expect("fresh array").par_chunks_mut(n).zip(g.as_slice_mut().expect("fresh array").par_chunks_mut(n)).enumerate().for_each(|(i, (out, mag))| {
+        let ar = a.row(i).to_vec();
+        for (j, (o, g)) in out.iter_mut().zip(mag.iter_mut()).enumerate() {
+            let br = b.row(j).to_vec();
+            (*o, *g) = match scales {
+                None => slow::dot_magnitudes(t, &ar, &br, None),
+                Some((sa, sb, kb)) => {
+                    let (sa, sb) = (sa.row(i).to_vec(), sb.row(j).to_vec());
+                    slow::dot_magnitudes(t, &ar, &br, Some((&sa, &sb, kb)))
+                }
+            };
+        }
+    });
     (c, g)
 }

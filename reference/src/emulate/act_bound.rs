@@ -52,9 +52,7 @@ fn forward_n(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, evals: f64) -> 
             [(glu + L1 * bg, L1 * bg), (mu.min(limit) + 1.0, bu)]
         }
     };
-    let b = product_bound(&factors)
-        + evals * EVAL_FWD * prod_mag(&factors)
-        + evals * 4.0 * 2f64.powi(-149);
+    let b = product_bound(&factors) + evals * EVAL_FWD * prod_mag(&factors) + evals * 4.0 * 2f64.powi(-149);
     (v, b)
 }
 
@@ -65,43 +63,18 @@ fn straddles(x: f64, b: f64, limit: f64) -> bool {
 }
 
 /// Emulated `(dg, du)` (before storage) and their bounds.
-pub fn backward(
-    act_: Activation,
-    g: f64,
-    bg: f64,
-    u: f64,
-    bu: f64,
-    da: f64,
-    bda: f64,
-) -> ((f64, f64), (f64, f64)) {
+pub fn backward(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, da: f64, bda: f64) -> ((f64, f64), (f64, f64)) {
     backward_n(act_, g, bg, u, bu, da, bda, 1.0)
 }
 
 /// [`backward`] for deviations from the emulator: the deviation bounds of `(dg, du)`.
-pub fn backward_dev(
-    act_: Activation,
-    g: f64,
-    dg: f64,
-    u: f64,
-    du: f64,
-    da: f64,
-    dda: f64,
-) -> (f64, f64) {
+pub fn backward_dev(act_: Activation, g: f64, dg: f64, u: f64, du: f64, da: f64, dda: f64) -> (f64, f64) {
     let ((_, a), (_, b)) = backward_n(act_, g, dg, u, du, da, dda, 2.0);
     (a, b)
 }
 
 #[allow(clippy::too_many_arguments)]
-fn backward_n(
-    act_: Activation,
-    g: f64,
-    bg: f64,
-    u: f64,
-    bu: f64,
-    da: f64,
-    bda: f64,
-    evals: f64,
-) -> ((f64, f64), (f64, f64)) {
+fn backward_n(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, da: f64, bda: f64, evals: f64) -> ((f64, f64), (f64, f64)) {
     let (dg, du) = act::backward(act_, g, u, da);
     let (dg, du) = (dg as f32 as f64, du as f32 as f64);
     let d = (da.abs() + bda, bda);
@@ -117,28 +90,15 @@ fn backward_n(
             let glu = (gc * s).abs();
             let dglu = (s * (1.0 + alpha * gc * (1.0 - s))).abs();
             // The clamps' derivatives: 1 inside, 0 outside; uncertain (0 or 1) near the limit.
-            let ind = |inside: bool, unsure: bool| {
-                if unsure {
-                    (1.0, 1.0)
-                } else {
-                    (if inside { 1.0 } else { 0.0 }, 0.0)
-                }
-            };
+            let ind = |inside: bool, unsure: bool| if unsure { (1.0, 1.0) } else { (if inside { 1.0 } else { 0.0 }, 0.0) };
             let ig = ind(g <= limit, straddles(g, bg, limit));
             let iu = ind(u.abs() <= limit, straddles(u.abs(), bu, limit));
             (
-                vec![
-                    ig,
-                    d,
-                    (mu.min(limit) + 1.0, bu),
-                    (dglu + L2 * alpha * bg, L2 * alpha * bg),
-                ],
+                vec![ig, d, (mu.min(limit) + 1.0, bu), (dglu + L2 * alpha * bg, L2 * alpha * bg)],
                 vec![iu, d, (glu + L1 * bg, L1 * bg)],
             )
         }
     };
-    let bound = |f: &[(f64, f64)]| {
-        product_bound(f) + evals * (EVAL_BWD * prod_mag(f) + 8.0 * 2f64.powi(-149))
-    };
+    let bound = |f: &[(f64, f64)]| product_bound(f) + evals * (EVAL_BWD * prod_mag(f) + 8.0 * 2f64.powi(-149));
     ((dg, bound(&fg)), (du, bound(&fu)))
 }

@@ -13,10 +13,10 @@
 //! `<dy, o>`; `grad.router.weight` and the router's part of `grad.x` through the routing Jacobian.
 
 pub mod act_bound;
+pub mod tightness;
 pub mod operand;
 pub mod products;
 pub mod stage;
-pub mod tightness;
 
 use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Axis, CowArray, Ix2, Ix3, Zip};
 use rayon::prelude::*;
@@ -30,9 +30,7 @@ use crate::recipe::{Recipe, Storage};
 use crate::route;
 
 pub use stage::{accumulation_coefficient, GemmPlan, Tracked};
-use stage::{
-    dot_bound, dot_dev, gemm_stage_into, gemm_stage_with, store, store_dev, Fed, StageIn, StageOut,
-};
+use stage::{dot_bound, dot_dev, gemm_stage_into, gemm_stage_with, store, store_dev, Fed, StageIn, StageOut};
 
 /// A recipe that cannot be run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -74,10 +72,7 @@ impl Emulated {
     }
 
     pub fn deviation(&self, name: &str) -> Option<&ArrayD<f32>> {
-        self.deviations
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, b)| b)
+        self.deviations.iter().find(|(n, _)| n == name).map(|(_, b)| b)
     }
 
     /// The tightest sound bound on |faithful kernel − exact| for tensor `name` when the exact values are
@@ -89,16 +84,12 @@ impl Emulated {
         let mut out = b.mapv(f64::from);
         match self.deviation(name) {
             Some(d) if d.shape() == b.shape() && exact.shape() == b.shape() => {
-                Zip::from(&mut out)
-                    .and(&v)
-                    .and(&exact)
-                    .and(d)
-                    .for_each(|o, &v, &x, &d| {
-                        let through = through_emulation(v, x, f64::from(d));
-                        if through < *o {
-                            *o = through; // (not f64::min: a NaN bound stays NaN)
-                        }
-                    });
+                Zip::from(&mut out).and(&v).and(&exact).and(d).for_each(|o, &v, &x, &d| {
+                    let through = through_emulation(v, x, f64::from(d));
+                    if through < *o {
+                        *o = through; // (not f64::min: a NaN bound stays NaN)
+                    }
+                });
                 Some(out)
             }
             _ => Some(out),
@@ -166,21 +157,12 @@ fn read_as3(x: &Array3<f64>, st: Storage) -> (CowArray<'_, f64, Ix3>, Option<Arr
 }
 
 /// A stage operand from its value, bound and deviation bound.
-fn op<'a>(
-    v: ArrayView2<'a, f64>,
-    b: ArrayView2<'a, f64>,
-    d: Option<ArrayView2<'a, f64>>,
-) -> StageIn<'a> {
+fn op<'a>(v: ArrayView2<'a, f64>, b: ArrayView2<'a, f64>, d: Option<ArrayView2<'a, f64>>) -> StageIn<'a> {
     StageIn { v, b, d }
 }
 
 /// Expert `e`'s slice of a weight's bounds (zeros, without storage, when the weight is exact).
-fn bound_of<'a>(
-    b: &'a Option<Array3<f64>>,
-    zero: &'a Array2<f64>,
-    e: usize,
-    shape: (usize, usize),
-) -> ArrayView2<'a, f64> {
+fn bound_of<'a>(b: &'a Option<Array3<f64>>, zero: &'a Array2<f64>, e: usize, shape: (usize, usize)) -> ArrayView2<'a, f64> {
     match b {
         Some(b) => b.index_axis(Axis(0), e),
         None => zero.broadcast(shape).expect("a 1x1 array broadcasts"),
@@ -189,18 +171,10 @@ fn bound_of<'a>(
 
 /// The transpose of expert `e`'s slice of a weight's bounds (`shape` untransposed): a contiguous copy
 /// when the weight has bounds, else the transposed zero broadcast (no weight-sized array of zeros).
-fn bound_t<'a>(
-    b: &'a Option<Array3<f64>>,
-    zero: &'a Array2<f64>,
-    e: usize,
-    shape: (usize, usize),
-) -> CowArray<'a, f64, Ix2> {
+fn bound_t<'a>(b: &'a Option<Array3<f64>>, zero: &'a Array2<f64>, e: usize, shape: (usize, usize)) -> CowArray<'a, f64, Ix2> {
     match b {
         Some(b) => CowArray::from(transposed(b.index_axis(Axis(0), e))),
-        None => CowArray::from(
-            zero.broadcast((shape.1, shape.0))
-                .expect("a 1x1 array broadcasts"),
-        ),
+        None => CowArray::from(zero.broadcast((shape.1, shape.0)).expect("a 1x1 array broadcasts")),
     }
 }
 
@@ -229,19 +203,8 @@ where
         let (mut v, mut b, mut d) = (v.view_mut(), b.view_mut(), d.view_mut());
         for e in 0..rows.experts {
             let len = rows.expert_rows(e).len();
-            let ((hv, tv), (hb, tb), (hd, td)) = (
-                v.split_at(Axis(0), len),
-                b.split_at(Axis(0), len),
-                d.split_at(Axis(0), len),
-            );
-            parts.push((
-                e,
-                StageOut {
-                    v: hv,
-                    b: hb,
-                    d: Some(hd),
-                },
-            ));
+            let ((hv, tv), (hb, tb), (hd, td)) = (v.split_at(Axis(0), len), b.split_at(Axis(0), len), d.split_at(Axis(0), len));
+            parts.push((e, StageOut { v: hv, b: hb, d: Some(hd) }));
             (v, b, d) = (tv, tb, td);
         }
         parts.into_par_iter().map(|(e, out)| f(e, out)).collect()
@@ -269,11 +232,7 @@ fn up32_all<D: ndarray::Dimension>(x: &ndarray::Array<f64, D>) -> ArrayD<f32> {
 
 /// Per-expert weight-shaped results `[E, p, q]`, each expert's written in place by `f`: values, and
 /// bounds and deviations in f32 rounded up.
-fn per_expert_w<F>(
-    e_n: usize,
-    shape: (usize, usize),
-    f: F,
-) -> (Array3<f64>, Array3<f32>, Array3<f32>)
+fn per_expert_w<F>(e_n: usize, shape: (usize, usize), f: F) -> (Array3<f64>, Array3<f32>, Array3<f32>)
 where
     F: Fn(usize, StageOut<f32>) + Sync,
 {
@@ -314,25 +273,14 @@ fn quantise_rows(name: &str, plan: &GemmPlan, x: &Array2<f64>) -> Option<Quantis
         return None;
     }
     let q = crate::quant::quantize(x.view(), &p.spec);
-    Some(Quantised {
-        name: name.into(),
-        format: p.spec.format,
-        block: p.spec.block.to_string(),
-        q: q.q.into_dyn(),
-        scale: q.scale.into_dyn(),
-    })
+    Some(Quantised { name: name.into(), format: p.spec.format, block: p.spec.block.to_string(), q: q.q.into_dyn(), scale: q.scale.into_dyn() })
 }
 
 /// Bounds on the magnitudes of the terms the routing backward sums, per (token, expert), for gradient
 /// magnitudes `g` at the combine weights (see [`route::backward`]): with `dq = scaling·g`,
 /// `DV_i = (|dq_i| + Σ_j q_j·|dq_j|)/S` when renormalised (else `|dq_i|`); sigmoid `DV_i·σ(l)σ(−l)`;
 /// softmax chosen `p_i·(Σ_f p_f·(DV_i + DV_f) + DV_i·(unchosen mass))`, unchosen `p_e·Σ_f p_f·DV_f`.
-fn routing_backward_magnitude(
-    cfg: &crate::config::Routing,
-    routed: &route::Routed,
-    logits: ArrayView2<f64>,
-    g: ArrayView2<f64>,
-) -> Array2<f64> {
+fn routing_backward_magnitude(cfg: &crate::config::Routing, routed: &route::Routed, logits: ArrayView2<f64>, g: ArrayView2<f64>) -> Array2<f64> {
     let (t_n, e_n) = routed.scores.dim();
     let k = routed.topk_ids.ncols();
     let mut out = crate::bigmem::zeros((t_n, e_n));
@@ -346,10 +294,7 @@ fn routing_backward_magnitude(
         let (dv, dv_v): (Vec<f64>, Vec<f64>) = if cfg.normalize_topk {
             let total: f64 = v.iter().sum();
             let inner: f64 = (0..k).map(|j| v[j] / total * dq[j]).sum();
-            (
-                (0..k).map(|i| (dq[i] + inner) / total).collect(),
-                (0..k).map(|i| (dq[i] + inner) * (v[i] / total)).collect(),
-            )
+            ((0..k).map(|i| (dq[i] + inner) / total).collect(), (0..k).map(|i| (dq[i] + inner) * (v[i] / total)).collect())
         } else {
             let dv_v = (0..k).map(|i| dq[i] * v[i]).collect();
             (dq, dv_v)
@@ -393,21 +338,8 @@ pub fn run(inp: &LayerInputs, recipe: &Recipe, opt: Options) -> Result<Emulated,
 }
 
 /// [`run`], keeping the quantised operands only when `keep_quantised` (they are as large as the weights).
-pub fn run_with(
-    inp: &LayerInputs,
-    recipe: &Recipe,
-    opt: Options,
-    keep_quantised: bool,
-) -> Result<Emulated, EmulateError> {
-    run_opts(
-        inp,
-        recipe,
-        opt,
-        EmulateOptions {
-            keep_quantised,
-            same_schedule: false,
-        },
-    )
+pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised: bool) -> Result<Emulated, EmulateError> {
+    run_opts(inp, recipe, opt, EmulateOptions { keep_quantised, same_schedule: false })
 }
 
 /// How to emulate.
@@ -423,12 +355,7 @@ pub struct EmulateOptions {
 }
 
 /// [`run`] with every option.
-pub fn run_opts(
-    inp: &LayerInputs,
-    recipe: &Recipe,
-    opt: Options,
-    opts: EmulateOptions,
-) -> Result<Emulated, EmulateError> {
+pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOptions) -> Result<Emulated, EmulateError> {
     let keep_quantised = opts.keep_quantised;
     let plans = Plans::parse(recipe, opts.same_schedule)?;
     let cfg: &MoeConfig = &inp.cfg;
@@ -436,13 +363,7 @@ pub fn run_opts(
     let (hd, id, e_n, k) = (cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
     let vector_kappa = |n: usize| accumulation_coefficient(&plans.vector, n);
     // The short sums' order is part of the schedule (slot order, feature order).
-    let dev_kappa = |n: usize| {
-        if opts.same_schedule {
-            0.0
-        } else {
-            accumulation_coefficient(&plans.vector, n)
-        }
-    };
+    let dev_kappa = |n: usize| if opts.same_schedule { 0.0 } else { accumulation_coefficient(&plans.vector, n) };
     let mut bounds: Vec<(String, ArrayD<f32>)> = Vec::new();
     let mut quantised = Vec::new();
 
@@ -453,27 +374,16 @@ pub fn run_opts(
     let w_in = read_as(&topk_weights, st.weights);
     // A kernel that routes itself computes its weights in f32: allow 32 units of 2^-24 (softmax or sigmoid,
     // renormalisation, scaling) on top of the storage rounding.
-    let w_b = if routed.is_some() {
-        &w_in.b + &w_in.v.mapv(|w| 32.0 * 2f64.powi(-24) * w.abs())
-    } else {
-        w_in.b.clone()
-    };
+    let w_b = if routed.is_some() { &w_in.b + &w_in.v.mapv(|w| 32.0 * 2f64.powi(-24) * w.abs()) } else { w_in.b.clone() };
     // Deviation of a kernel's combine weights from the emulator's: none when given, the f32 routing
     // evaluation when the kernel routes.
-    let w_d = if routed.is_some() {
-        w_in.v.mapv(|w| 32.0 * 2f64.powi(-24) * w.abs())
-    } else {
-        crate::bigmem::zeros(w_in.v.dim())
-    };
+    let w_d = if routed.is_some() { w_in.v.mapv(|w| 32.0 * 2f64.powi(-24) * w.abs()) } else { crate::bigmem::zeros(w_in.v.dim()) };
     let mut deviations: Vec<(String, ArrayD<f32>)> = Vec::new();
 
     let x_in = read_as(&inp.x, st.inputs);
     let (w13_v, w13_b) = read_as3(&inp.w13, st.inputs);
     let (w2_v, w2_b) = read_as3(&inp.w2, st.inputs);
-    let x_rows = Tracked {
-        v: rows.gather(x_in.v.view()),
-        b: rows.gather(x_in.b.view()),
-    };
+    let x_rows = Tracked { v: rows.gather(x_in.v.view()), b: rows.gather(x_in.b.view()) };
     let zero = Array2::<f64>::zeros((1, 1));
 
     // GEMM1: h = x_rows · w13[e]ᵀ
@@ -481,17 +391,7 @@ pub fn run_opts(
         per_expert(&rows, 2 * id, |e, out| {
             let (a, ab) = rows_of(&x_rows, rows.expert_rows(e));
             let none = zero.broadcast(a.dim()).expect("1x1 broadcasts");
-            let fed = gemm_stage_into(
-                &plans.gemm1,
-                op(a, ab, Some(none)),
-                op(
-                    w13_v.index_axis(Axis(0), e),
-                    bound_of(&w13_b, &zero, e, (2 * id, hd)),
-                    None,
-                ),
-                st.h,
-                out,
-            );
+            let fed = gemm_stage_into(&plans.gemm1, op(a, ab, Some(none)), op(w13_v.index_axis(Axis(0), e), bound_of(&w13_b, &zero, e, (2 * id, hd)), None), st.h, out);
             keep_q(fed, keep_quantised)
         })
     });
@@ -503,10 +403,7 @@ pub fn run_opts(
 
     // SwiGLU
     let m = rows.rows();
-    let mut a = Tracked {
-        v: crate::bigmem::zeros((m, id)),
-        b: crate::bigmem::zeros((m, id)),
-    };
+    let mut a = Tracked { v: crate::bigmem::zeros((m, id)), b: crate::bigmem::zeros((m, id)) };
     let mut a_dpre = crate::bigmem::zeros((m, id));
     a.v.axis_iter_mut(Axis(0))
         .into_par_iter()
@@ -516,8 +413,7 @@ pub fn run_opts(
         .for_each(|(r, ((mut av, mut ab), mut ad))| {
             for c in 0..id {
                 let (g, u) = (h.v[[r, c]], h.v[[r, id + c]]);
-                let (v, b) =
-                    act_bound::forward(cfg.activation, g, h.b[[r, c]], u, h.b[[r, id + c]]);
+                let (v, b) = act_bound::forward(cfg.activation, g, h.b[[r, c]], u, h.b[[r, id + c]]);
                 av[c] = v;
                 ab[c] = b;
                 ad[c] = act_bound::forward_dev(cfg.activation, g, h_d[[r, c]], u, h_d[[r, id + c]]);
@@ -531,17 +427,7 @@ pub fn run_opts(
         per_expert(&rows, hd, |e, out| {
             let r = rows.expert_rows(e);
             let (av, ab) = rows_of(&a, r.clone());
-            let fed = gemm_stage_into(
-                &plans.gemm2,
-                op(av, ab, Some(a_d.slice(s![r, ..]))),
-                op(
-                    w2_v.index_axis(Axis(0), e),
-                    bound_of(&w2_b, &zero, e, (hd, id)),
-                    None,
-                ),
-                st.o,
-                out,
-            );
+            let fed = gemm_stage_into(&plans.gemm2, op(av, ab, Some(a_d.slice(s![r, ..]))), op(w2_v.index_axis(Axis(0), e), bound_of(&w2_b, &zero, e, (hd, id)), None), st.o, out);
             keep_q(fed, keep_quantised)
         })
     });
@@ -555,46 +441,24 @@ pub fn run_opts(
     let mut y_raw = crate::bigmem::zeros((cfg.tokens, hd));
     let mut y_pre = crate::bigmem::zeros((cfg.tokens, hd));
     let mut y_dpre = crate::bigmem::zeros((cfg.tokens, hd));
-    y_raw
-        .axis_iter_mut(Axis(0))
-        .into_par_iter()
-        .zip(y_pre.axis_iter_mut(Axis(0)))
-        .zip(y_dpre.axis_iter_mut(Axis(0)))
-        .enumerate()
-        .for_each(|(t, ((mut yr, mut yb), mut yd))| {
-            let slots: Vec<(usize, usize)> = (0..k)
-                .filter_map(|j| rows.slot_row[t * k + j].map(|r| (j, r)))
-                .collect();
-            let wv: Vec<f64> = slots.iter().map(|&(j, _)| w_in.v[[t, j]]).collect();
-            for c in 0..hd {
-                let ov: Vec<f64> = slots.iter().map(|&(_, r)| o.v[[r, c]]).collect();
-                yr[c] = accum::dot(&plans.vector, &wv, &ov, None);
-                yb[c] = dot_bound(
-                    slots.iter().map(|&(j, r)| {
-                        (
-                            w_in.v[[t, j]].abs() + w_b[[t, j]],
-                            w_b[[t, j]],
-                            o.v[[r, c]].abs() + o.b[[r, c]],
-                            o.b[[r, c]],
-                        )
-                    }),
-                    vector_kappa(slots.len()),
-                    slots.len(),
-                );
-                yd[c] = dot_dev(
-                    slots.iter().map(|&(j, r)| {
-                        (
-                            w_in.v[[t, j]].abs(),
-                            w_d[[t, j]],
-                            o.v[[r, c]].abs(),
-                            o_d[[r, c]],
-                        )
-                    }),
-                    dev_kappa(slots.len()),
-                    slots.len(),
-                );
-            }
-        });
+    y_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(y_pre.axis_iter_mut(Axis(0))).zip(y_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, ((mut yr, mut yb), mut yd))| {
+        let slots: Vec<(usize, usize)> = (0..k).filter_map(|j| rows.slot_row[t * k + j].map(|r| (j, r))).collect();
+        let wv: Vec<f64> = slots.iter().map(|&(j, _)| w_in.v[[t, j]]).collect();
+        for c in 0..hd {
+            let ov: Vec<f64> = slots.iter().map(|&(_, r)| o.v[[r, c]]).collect();
+            yr[c] = accum::dot(&plans.vector, &wv, &ov, None);
+            yb[c] = dot_bound(
+                slots.iter().map(|&(j, r)| (w_in.v[[t, j]].abs() + w_b[[t, j]], w_b[[t, j]], o.v[[r, c]].abs() + o.b[[r, c]], o.b[[r, c]])),
+                vector_kappa(slots.len()),
+                slots.len(),
+            );
+            yd[c] = dot_dev(
+                slots.iter().map(|&(j, r)| (w_in.v[[t, j]].abs(), w_d[[t, j]], o.v[[r, c]].abs(), o_d[[r, c]])),
+                dev_kappa(slots.len()),
+                slots.len(),
+            );
+        }
+    });
     let y_d = store_dev(&y_raw, y_dpre, st.y);
     let y = store(y_raw, y_pre, st.y);
 
@@ -620,14 +484,7 @@ pub fn run_opts(
         o: o.v.clone(),
     };
     let Some(dy) = inp.dy.as_ref() else {
-        return Ok(Emulated {
-            recipe: recipe.clone(),
-            fwd,
-            bwd: None,
-            bounds,
-            deviations,
-            quantised,
-        });
+        return Ok(Emulated { recipe: recipe.clone(), fwd, bwd: None, bounds, deviations, quantised });
     };
     let rows = &fwd.rows;
     let dy_in = read_as(dy, st.inputs);
@@ -636,41 +493,19 @@ pub fn run_opts(
     let mut gtw = crate::bigmem::zeros((cfg.tokens, k));
     let mut gtw_b = crate::bigmem::zeros((cfg.tokens, k));
     let mut gtw_dpre = crate::bigmem::zeros((cfg.tokens, k));
-    gtw.axis_iter_mut(Axis(0))
-        .into_par_iter()
-        .zip(gtw_b.axis_iter_mut(Axis(0)))
-        .zip(gtw_dpre.axis_iter_mut(Axis(0)))
-        .enumerate()
-        .for_each(|(t, ((mut g, mut gb), mut gd))| {
-            for j in 0..k {
-                if let Some(r) = rows.slot_row[t * k + j] {
-                    g[j] = accum::dot(
-                        &plans.vector,
-                        dy_in.v.row(t).as_slice().unwrap(),
-                        o.v.row(r).as_slice().unwrap(),
-                        None,
-                    );
-                    gb[j] = dot_bound(
-                        (0..hd).map(|c| {
-                            (
-                                dy_in.v[[t, c]].abs() + dy_in.b[[t, c]],
-                                dy_in.b[[t, c]],
-                                o.v[[r, c]].abs() + o.b[[r, c]],
-                                o.b[[r, c]],
-                            )
-                        }),
-                        vector_kappa(hd),
-                        hd,
-                    );
-                    gd[j] = dot_dev(
-                        (0..hd)
-                            .map(|c| (dy_in.v[[t, c]].abs(), 0.0, o.v[[r, c]].abs(), o_d[[r, c]])),
-                        dev_kappa(hd),
-                        hd,
-                    );
-                }
+    gtw.axis_iter_mut(Axis(0)).into_par_iter().zip(gtw_b.axis_iter_mut(Axis(0))).zip(gtw_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, ((mut g, mut gb), mut gd))| {
+        for j in 0..k {
+            if let Some(r) = rows.slot_row[t * k + j] {
+                g[j] = accum::dot(&plans.vector, dy_in.v.row(t).as_slice().unwrap(), o.v.row(r).as_slice().unwrap(), None);
+                gb[j] = dot_bound(
+                    (0..hd).map(|c| (dy_in.v[[t, c]].abs() + dy_in.b[[t, c]], dy_in.b[[t, c]], o.v[[r, c]].abs() + o.b[[r, c]], o.b[[r, c]])),
+                    vector_kappa(hd),
+                    hd,
+                );
+                gd[j] = dot_dev((0..hd).map(|c| (dy_in.v[[t, c]].abs(), 0.0, o.v[[r, c]].abs(), o_d[[r, c]])), dev_kappa(hd), hd);
             }
-        });
+        }
+    });
     let gtw_d = store_dev(&gtw, gtw_dpre, st.grad_topk_weights);
     let gtw = store(gtw, gtw_b, st.grad_topk_weights);
 
@@ -678,36 +513,17 @@ pub fn run_opts(
     let mut do_raw = crate::bigmem::zeros((m, hd));
     let mut do_pre = crate::bigmem::zeros((m, hd));
     let mut do_dpre = crate::bigmem::zeros((m, hd));
-    do_raw
-        .axis_iter_mut(Axis(0))
-        .into_par_iter()
-        .zip(do_pre.axis_iter_mut(Axis(0)))
-        .zip(do_dpre.axis_iter_mut(Axis(0)))
-        .enumerate()
-        .for_each(|(r, ((mut dr, mut db), mut dd))| {
-            let (t, j) = (rows.row_token[r], rows.row_slot[r]);
-            let (wv, wb, wd) = (w_in.v[[t, j]], w_b[[t, j]], w_d[[t, j]]);
-            for c in 0..hd {
-                dr[c] = (wv * dy_in.v[[t, c]]) as f32 as f64;
-                db[c] = dot_bound(
-                    std::iter::once((
-                        wv.abs() + wb,
-                        wb,
-                        dy_in.v[[t, c]].abs() + dy_in.b[[t, c]],
-                        dy_in.b[[t, c]],
-                    )),
-                    2f64.powi(-24),
-                    1,
-                );
-                // Even with the same inputs a kernel may round w·dy once (to bf16) where the emulator rounds to
-                // f32 first: the product's rounding counts for both.
-                dd[c] = dot_dev(
-                    std::iter::once((wv.abs(), wd, dy_in.v[[t, c]].abs(), 0.0)),
-                    2f64.powi(-24),
-                    1,
-                );
-            }
-        });
+    do_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(do_pre.axis_iter_mut(Axis(0))).zip(do_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(r, ((mut dr, mut db), mut dd))| {
+        let (t, j) = (rows.row_token[r], rows.row_slot[r]);
+        let (wv, wb, wd) = (w_in.v[[t, j]], w_b[[t, j]], w_d[[t, j]]);
+        for c in 0..hd {
+            dr[c] = (wv * dy_in.v[[t, c]]) as f32 as f64;
+            db[c] = dot_bound(std::iter::once((wv.abs() + wb, wb, dy_in.v[[t, c]].abs() + dy_in.b[[t, c]], dy_in.b[[t, c]])), 2f64.powi(-24), 1);
+            // Even with the same inputs a kernel may round w·dy once (to bf16) where the emulator rounds to
+            // f32 first: the product's rounding counts for both.
+            dd[c] = dot_dev(std::iter::once((wv.abs(), wd, dy_in.v[[t, c]].abs(), 0.0)), 2f64.powi(-24), 1);
+        }
+    });
     let do_d = store_dev(&do_raw, do_dpre, st.do_);
     let do_ = store(do_raw, do_pre, st.do_);
 
@@ -718,16 +534,7 @@ pub fn run_opts(
             let (dv, db) = rows_of(&do_, r.clone());
             let wt = transposed(w2_v.index_axis(Axis(0), e));
             let wtb = bound_t(&w2_b, &zero, e, (hd, id));
-            keep_q(
-                gemm_stage_into(
-                    &plans.dgrad2,
-                    op(dv, db, Some(do_d.slice(s![r, ..]))),
-                    op(wt.view(), wtb.view(), None),
-                    st.da,
-                    out,
-                ),
-                false,
-            )
+            keep_q(gemm_stage_into(&plans.dgrad2, op(dv, db, Some(do_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.da, out), false)
         })
     });
     if keep_quantised {
@@ -738,41 +545,19 @@ pub fn run_opts(
     let mut dh_raw = crate::bigmem::zeros((m, 2 * id));
     let mut dh_pre = crate::bigmem::zeros((m, 2 * id));
     let mut dh_dpre = crate::bigmem::zeros((m, 2 * id));
-    dh_raw
-        .axis_iter_mut(Axis(0))
-        .into_par_iter()
-        .zip(dh_pre.axis_iter_mut(Axis(0)))
-        .zip(dh_dpre.axis_iter_mut(Axis(0)))
-        .enumerate()
-        .for_each(|(r, ((mut dr, mut db), mut dd))| {
-            for c in 0..id {
-                let (g, u, dav) = (h.v[[r, c]], h.v[[r, id + c]], da.v[[r, c]]);
-                let ((dg, bg), (du, bu)) = act_bound::backward(
-                    cfg.activation,
-                    g,
-                    h.b[[r, c]],
-                    u,
-                    h.b[[r, id + c]],
-                    dav,
-                    da.b[[r, c]],
-                );
-                let (dgd, dud) = act_bound::backward_dev(
-                    cfg.activation,
-                    g,
-                    h_d[[r, c]],
-                    u,
-                    h_d[[r, id + c]],
-                    dav,
-                    da_d[[r, c]],
-                );
-                dr[c] = dg;
-                db[c] = bg;
-                dd[c] = dgd;
-                dr[id + c] = du;
-                db[id + c] = bu;
-                dd[id + c] = dud;
-            }
-        });
+    dh_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(dh_pre.axis_iter_mut(Axis(0))).zip(dh_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(r, ((mut dr, mut db), mut dd))| {
+        for c in 0..id {
+            let (g, u, dav) = (h.v[[r, c]], h.v[[r, id + c]], da.v[[r, c]]);
+            let ((dg, bg), (du, bu)) = act_bound::backward(cfg.activation, g, h.b[[r, c]], u, h.b[[r, id + c]], dav, da.b[[r, c]]);
+            let (dgd, dud) = act_bound::backward_dev(cfg.activation, g, h_d[[r, c]], u, h_d[[r, id + c]], dav, da_d[[r, c]]);
+            dr[c] = dg;
+            db[c] = bg;
+            dd[c] = dgd;
+            dr[id + c] = du;
+            db[id + c] = bu;
+            dd[id + c] = dud;
+        }
+    });
     let dh_d = store_dev(&dh_raw, dh_dpre, st.dh);
     let dh = store(dh_raw, dh_pre, st.dh);
 
@@ -784,13 +569,7 @@ pub fn run_opts(
             let (av, ab) = rows_of(&a, r.clone());
             let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
             let (dd, add) = (t(do_d.slice(s![r.clone(), ..])), t(a_d.slice(s![r, ..])));
-            gemm_stage_into(
-                &plans.wgrad2,
-                op(t(dv).view(), t(db).view(), Some(dd.view())),
-                op(t(av).view(), t(ab).view(), Some(add.view())),
-                st.grad_w,
-                out,
-            );
+            gemm_stage_into(&plans.wgrad2, op(t(dv).view(), t(db).view(), Some(dd.view())), op(t(av).view(), t(ab).view(), Some(add.view())), st.grad_w, out);
         })
     });
 
@@ -801,16 +580,7 @@ pub fn run_opts(
             let (dv, db) = rows_of(&dh, r.clone());
             let wt = transposed(w13_v.index_axis(Axis(0), e));
             let wtb = bound_t(&w13_b, &zero, e, (2 * id, hd));
-            keep_q(
-                gemm_stage_into(
-                    &plans.dgrad1,
-                    op(dv, db, Some(dh_d.slice(s![r, ..]))),
-                    op(wt.view(), wtb.view(), None),
-                    st.dx_rows,
-                    out,
-                ),
-                false,
-            )
+            keep_q(gemm_stage_into(&plans.dgrad1, op(dv, db, Some(dh_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.dx_rows, out), false)
         })
     });
     if keep_quantised {
@@ -825,133 +595,82 @@ pub fn run_opts(
             let (xv, xb) = rows_of(&x_rows, r.clone());
             let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
             let dd = t(dh_d.slice(s![r, ..]));
-            gemm_stage_into(
-                &plans.wgrad1,
-                op(t(dv).view(), t(db).view(), Some(dd.view())),
-                op(t(xv).view(), t(xb).view(), None),
-                st.grad_w,
-                out,
-            );
+            gemm_stage_into(&plans.wgrad1, op(t(dv).view(), t(db).view(), Some(dd.view())), op(t(xv).view(), t(xb).view(), None), st.grad_w, out);
         })
     });
 
     // Router: dlogits through the routing Jacobian, grad.router.weight = dlᵀ·x, grad.x's router term dl·R.
-    let f32_plan = GemmPlan {
-        name: "router",
-        model: Model::F32Fma,
-        a: None,
-        b: None,
-        same_schedule: opts.same_schedule,
-    };
-    let (dlogits, router_term, grad_router_weight, grw_b, grw_d, rt_d) =
-        match (&fwd.routed, &cfg.routing, &inp.router_weight, &fwd.logits) {
-            (Some(routed), Some(rcfg), Some(rw), Some(lg)) => {
-                let dl_exact = route::backward(rcfg, routed, lg.view(), gtw.v.view());
-                // |J|·b and |J|·d: the Jacobian's columns from one-hot gradients, each computed once.
-                let mut dl_b = Array2::<f64>::zeros(dl_exact.dim());
-                let mut dl_d = Array2::<f64>::zeros(dl_exact.dim());
-                for j in 0..k {
-                    let mut onehot = crate::bigmem::zeros((cfg.tokens, k));
-                    onehot.column_mut(j).fill(1.0);
-                    let col = route::backward(rcfg, routed, lg.view(), onehot.view());
-                    for t in 0..cfg.tokens {
-                        for e in 0..e_n {
-                            let j_abs = col[[t, e]].abs();
-                            dl_b[[t, e]] += j_abs * gtw.b[[t, j]];
-                            dl_d[[t, e]] += j_abs * gtw_d[[t, j]];
-                        }
+    let f32_plan = GemmPlan { name: "router", model: Model::F32Fma, a: None, b: None, same_schedule: opts.same_schedule };
+    let (dlogits, router_term, grad_router_weight, grw_b, grw_d, rt_d) = match (&fwd.routed, &cfg.routing, &inp.router_weight, &fwd.logits) {
+        (Some(routed), Some(rcfg), Some(rw), Some(lg)) => {
+            let dl_exact = route::backward(rcfg, routed, lg.view(), gtw.v.view());
+            // |J|·b and |J|·d: the Jacobian's columns from one-hot gradients, each computed once.
+            let mut dl_b = Array2::<f64>::zeros(dl_exact.dim());
+            let mut dl_d = Array2::<f64>::zeros(dl_exact.dim());
+            for j in 0..k {
+                let mut onehot = crate::bigmem::zeros((cfg.tokens, k));
+                onehot.column_mut(j).fill(1.0);
+                let col = route::backward(rcfg, routed, lg.view(), onehot.view());
+                for t in 0..cfg.tokens {
+                    for e in 0..e_n {
+                        let j_abs = col[[t, e]].abs();
+                        dl_b[[t, e]] += j_abs * gtw.b[[t, j]];
+                        dl_d[[t, e]] += j_abs * gtw_d[[t, j]];
                     }
                 }
-                // Evaluation in f32 by the kernel (and in f64 by the oracle): errors relative to the magnitudes
-                // of the intermediate terms, which cancel in the result (an unchosen expert's gradient is 0 in
-                // real numbers under renormalisation, but not in floating point).
-                let gmag = Zip::from(&gtw.v)
-                    .and(&gtw.b)
-                    .map_collect(|&g, &b| g.abs() + b);
-                let mag = routing_backward_magnitude(rcfg, routed, lg.view(), gmag.view());
-                let dl_b = dl_b * (1.0 + 1e-12) + &mag * (64.0 * 2f64.powi(-24)) + 2f64.powi(-140);
-                // Deviation: the gradient's deviation through |J|, and both evaluations.
-                let dl_d = dl_d * (1.0 + 1e-12) + &mag * (128.0 * 2f64.powi(-24)) + 2f64.powi(-139);
-                let dl_d = store_dev(&dl_exact, dl_d, Storage::F32);
-                let dl = store(dl_exact, dl_b, Storage::F32);
-                let rw_in = read_as(rw, st.inputs);
-                let dlt_d = dl_d.t().as_standard_layout().into_owned();
-                let grw = gemm_stage_with(
-                    &f32_plan,
-                    dl.v.t().as_standard_layout().view(),
-                    dl.b.t().as_standard_layout().view(),
-                    Some(dlt_d.view()),
-                    x_in.v.t().as_standard_layout().view(),
-                    x_in.b.t().as_standard_layout().view(),
-                    None,
-                    st.grad_w,
-                );
-                let rwt_v = rw_in.v.t().as_standard_layout().into_owned();
-                let rwt_b = rw_in.b.t().as_standard_layout().into_owned();
-                let rt = gemm_stage_with(
-                    &f32_plan,
-                    dl.v.view(),
-                    dl.b.view(),
-                    Some(dl_d.view()),
-                    rwt_v.view(),
-                    rwt_b.view(),
-                    None,
-                    Storage::F32,
-                );
-                (
-                    Some(dl.v),
-                    Some(rt.out),
-                    Some(grw.out.v),
-                    Some(grw.out.b),
-                    grw.dev,
-                    rt.dev,
-                )
             }
-            _ => (None, None, None, None, None, None),
-        };
+            // Evaluation in f32 by the kernel (and in f64 by the oracle): errors relative to the magnitudes
+            // of the intermediate terms, which cancel in the result (an unchosen expert's gradient is 0 in
+            // real numbers under renormalisation, but not in floating point).
+            let gmag = Zip::from(&gtw.v).and(&gtw.b).map_collect(|&g, &b| g.abs() + b);
+            let mag = routing_backward_magnitude(rcfg, routed, lg.view(), gmag.view());
+            let dl_b = dl_b * (1.0 + 1e-12) + &mag * (64.0 * 2f64.powi(-24)) + 2f64.powi(-140);
+            // Deviation: the gradient's deviation through |J|, and both evaluations.
+            let dl_d = dl_d * (1.0 + 1e-12) + &mag * (128.0 * 2f64.powi(-24)) + 2f64.powi(-139);
+            let dl_d = store_dev(&dl_exact, dl_d, Storage::F32);
+            let dl = store(dl_exact, dl_b, Storage::F32);
+            let rw_in = read_as(rw, st.inputs);
+            let dlt_d = dl_d.t().as_standard_layout().into_owned();
+            let grw = gemm_stage_with(
+                &f32_plan,
+                dl.v.t().as_standard_layout().view(),
+                dl.b.t().as_standard_layout().view(),
+                Some(dlt_d.view()),
+                x_in.v.t().as_standard_layout().view(),
+                x_in.b.t().as_standard_layout().view(),
+                None,
+                st.grad_w,
+            );
+            let rwt_v = rw_in.v.t().as_standard_layout().into_owned();
+            let rwt_b = rw_in.b.t().as_standard_layout().into_owned();
+            let rt = gemm_stage_with(&f32_plan, dl.v.view(), dl.b.view(), Some(dl_d.view()), rwt_v.view(), rwt_b.view(), None, Storage::F32);
+            (Some(dl.v), Some(rt.out), Some(grw.out.v), Some(grw.out.b), grw.dev, rt.dev)
+        }
+        _ => (None, None, None, None, None, None),
+    };
 
     // grad.x = Σ_j dx_rows (+ router term), in slot order.
     let mut gx_raw = crate::bigmem::zeros((cfg.tokens, hd));
     let mut gx_pre = crate::bigmem::zeros((cfg.tokens, hd));
     let mut gx_dpre = crate::bigmem::zeros((cfg.tokens, hd));
-    gx_raw
-        .axis_iter_mut(Axis(0))
-        .into_par_iter()
-        .zip(gx_pre.axis_iter_mut(Axis(0)))
-        .zip(gx_dpre.axis_iter_mut(Axis(0)))
-        .enumerate()
-        .for_each(|(t, ((mut gr, mut gb), mut gd))| {
-            let rs: Vec<usize> = (0..k).filter_map(|j| rows.slot_row[t * k + j]).collect();
-            for c in 0..hd {
-                let mut terms: Vec<(f64, f64)> = rs
-                    .iter()
-                    .map(|&r| (dx_rows.v[[r, c]], dx_rows.b[[r, c]]))
-                    .collect();
-                if let Some(rt) = &router_term {
-                    terms.push((rt.v[[t, c]], rt.b[[t, c]]));
-                }
-                let vals: Vec<f64> = terms.iter().map(|p| p.0).collect();
-                let ones = vec![1.0; vals.len()];
-                gr[c] = accum::dot(&plans.vector, &vals, &ones, None);
-                gb[c] = dot_bound(
-                    terms.iter().map(|&(v, b)| (v.abs() + b, b, 1.0, 0.0)),
-                    vector_kappa(terms.len()),
-                    terms.len(),
-                );
-                let mut dterms: Vec<(f64, f64)> = rs
-                    .iter()
-                    .map(|&r| (dx_rows.v[[r, c]], dx_d[[r, c]]))
-                    .collect();
-                if let (Some(rt), Some(rd)) = (&router_term, &rt_d) {
-                    dterms.push((rt.v[[t, c]], rd[[t, c]]));
-                }
-                gd[c] = dot_dev(
-                    dterms.iter().map(|&(v, d)| (v.abs(), d, 1.0, 0.0)),
-                    dev_kappa(dterms.len()),
-                    dterms.len(),
-                );
+    gx_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(gx_pre.axis_iter_mut(Axis(0))).zip(gx_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, ((mut gr, mut gb), mut gd))| {
+        let rs: Vec<usize> = (0..k).filter_map(|j| rows.slot_row[t * k + j]).collect();
+        for c in 0..hd {
+            let mut terms: Vec<(f64, f64)> = rs.iter().map(|&r| (dx_rows.v[[r, c]], dx_rows.b[[r, c]])).collect();
+            if let Some(rt) = &router_term {
+                terms.push((rt.v[[t, c]], rt.b[[t, c]]));
             }
-        });
+            let vals: Vec<f64> = terms.iter().map(|p| p.0).collect();
+            let ones = vec![1.0; vals.len()];
+            gr[c] = accum::dot(&plans.vector, &vals, &ones, None);
+            gb[c] = dot_bound(terms.iter().map(|&(v, b)| (v.abs() + b, b, 1.0, 0.0)), vector_kappa(terms.len()), terms.len());
+            let mut dterms: Vec<(f64, f64)> = rs.iter().map(|&r| (dx_rows.v[[r, c]], dx_d[[r, c]])).collect();
+            if let (Some(rt), Some(rd)) = (&router_term, &rt_d) {
+                dterms.push((rt.v[[t, c]], rd[[t, c]]));
+            }
+            gd[c] = dot_dev(dterms.iter().map(|&(v, d)| (v.abs(), d, 1.0, 0.0)), dev_kappa(dterms.len()), dterms.len());
+        }
+    });
     let gx_d = store_dev(&gx_raw, gx_dpre, st.grad_x);
     let grad_x = store(gx_raw, gx_pre, st.grad_x);
 
@@ -990,12 +709,5 @@ pub fn run_opts(
         dh: dh.v,
         dx_rows: dx_rows.v,
     };
-    Ok(Emulated {
-        recipe: recipe.clone(),
-        fwd,
-        bwd: Some(bwd),
-        bounds,
-        deviations,
-        quantised,
-    })
+    Ok(Emulated { recipe: recipe.clone(), fwd, bwd: Some(bwd), bounds, deviations, quantised })
 }

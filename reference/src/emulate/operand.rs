@@ -37,31 +37,18 @@ fn element_numbers(f: Format) -> Result<(f64, f64, f64, f64), EmulateError> {
         Format::E4M3 => (2f64.powi(-4), 2f64.powi(-10), 448.0, 256.0),
         Format::E5M2 => (2f64.powi(-3), 2f64.powi(-17), 57344.0, 32768.0),
         Format::E2M1 => (2f64.powi(-2), 0.25, 6.0, 4.0),
-        Format::Bf16 => (
-            2f64.powi(-8),
-            2f64.powi(-134),
-            3.3895313892515355e38,
-            2f64.powi(127),
-        ),
+        Format::Bf16 => (2f64.powi(-8), 2f64.powi(-134), 3.3895313892515355e38, 2f64.powi(127)),
         Format::F16 => (2f64.powi(-11), 2f64.powi(-25), 65504.0, 32768.0),
-        Format::E8M0 => {
-            return Err(EmulateError::Recipe(
-                "UE8M0 is a scale format, not an element format".into(),
-            ))
-        }
+        Format::E8M0 => return Err(EmulateError::Recipe("UE8M0 is a scale format, not an element format".into())),
     })
 }
 
 impl OperandPlan {
     pub fn parse(q: &OperandQuant) -> Result<OperandPlan, EmulateError> {
         let bad = |what: &str, v: &str| EmulateError::Recipe(format!("unknown {what} '{v}'"));
-        let format: Format = q
-            .format
-            .parse()
-            .map_err(|_| bad("element format", &q.format))?;
+        let format: Format = q.format.parse().map_err(|_| bad("element format", &q.format))?;
         element_numbers(format)?;
-        let block = Block::parse(&q.block)
-            .map_err(|e| EmulateError::Recipe(format!("block '{}': {e}", q.block)))?;
+        let block = Block::parse(&q.block).map_err(|e| EmulateError::Recipe(format!("block '{}': {e}", q.block)))?;
         let rule = match q.scale.as_str() {
             "deepgemm" => ScaleRule::DeepGemm { pow2: false },
             "deepgemm-pow2" => ScaleRule::DeepGemm { pow2: true },
@@ -73,26 +60,13 @@ impl OperandPlan {
             "mx-even" => ScaleRule::Mx(MxRounding::Even),
             other => return Err(bad("scale rule", other)),
         };
-        Ok(OperandPlan {
-            spec: QuantSpec {
-                format,
-                block,
-                rule,
-                overflow: Overflow::Saturate,
-            },
-            rule_name: q.scale.clone(),
-        })
+        Ok(OperandPlan { spec: QuantSpec { format, block, rule, overflow: Overflow::Saturate }, rule_name: q.scale.clone() })
     }
 
     /// Whether the rule's scales are powers of two (so `q·s` is exact and products can be formed from
     /// dequantised operands without changing a bit).
     pub fn pow2_scales(&self) -> bool {
-        matches!(
-            self.spec.rule,
-            ScaleRule::Mx(_)
-                | ScaleRule::DeepGemm { pow2: true }
-                | ScaleRule::TransformerEngine { pow2: true }
-        )
+        matches!(self.spec.rule, ScaleRule::Mx(_) | ScaleRule::DeepGemm { pow2: true } | ScaleRule::TransformerEngine { pow2: true })
     }
 
     /// Length of a block along the contraction (the last dimension), for promotion with scales.
@@ -119,9 +93,7 @@ impl OperandPlan {
         let slack = 1.0 + 2f64.powi(-20);
         match self.spec.rule {
             // sf = max(amax, 1e-4)/448 in f32 (pow2: rounded up to a power of two, at most twice).
-            ScaleRule::DeepGemm { pow2 } => {
-                amax.max(1e-4) / maxf * slack * if pow2 { 2.0 } else { 1.0 }
-            }
+            ScaleRule::DeepGemm { pow2 } => amax.max(1e-4) / maxf * slack * if pow2 { 2.0 } else { 1.0 },
             // 1/s with s = maxf/amax (pow2: rounded down, so 1/s at most doubles); amax so small that the
             // multiplier overflows gives s = 1.
             ScaleRule::TransformerEngine { pow2 } => {
@@ -141,10 +113,7 @@ impl OperandPlan {
     /// Lower bound on the scale for a block whose largest magnitude is at least `amax_lo` (for the
     /// saturation term; only rules that can saturate need it).
     fn can_saturate(&self) -> bool {
-        matches!(
-            self.spec.rule,
-            ScaleRule::Mx(MxRounding::Floor) | ScaleRule::Mx(MxRounding::Even)
-        )
+        matches!(self.spec.rule, ScaleRule::Mx(MxRounding::Floor) | ScaleRule::Mx(MxRounding::Even))
     }
 
     fn scale_lo(&self, amax_lo: f64) -> f64 {
@@ -181,13 +150,7 @@ impl OperandPlan {
 /// least `s_lo`: `u·x` and `η·s_hi` (rounding, normal and subnormal), plus what saturation can clip when
 /// the rule can saturate. `(u, eta, maxf)` are the element format's numbers.
 #[inline(always)]
-fn element_fed_error(
-    x: f64,
-    s_hi: f64,
-    s_lo: f64,
-    (u, eta, maxf): (f64, f64, f64),
-    sat: bool,
-) -> f64 {
+fn element_fed_error(x: f64, s_hi: f64, s_lo: f64, (u, eta, maxf): (f64, f64, f64), sat: bool) -> f64 {
     if x == 0.0 {
         return 0.0; // zero quantises to zero under every rule
     }
@@ -204,12 +167,7 @@ impl OperandPlan {
     /// the magnitudes `|v| ± widen·e` ([`magnitude_bounds`]). The same operations as those calls, in two
     /// passes and without their operand-sized intermediates (weights are 3M elements per expert, and were
     /// ten such passes per stage).
-    pub fn fed_magnitudes(
-        &self,
-        v: ArrayView2<f64>,
-        e: ArrayView2<f64>,
-        widen: f64,
-    ) -> (Array2<f64>, Array2<f64>) {
+    pub fn fed_magnitudes(&self, v: ArrayView2<f64>, e: ArrayView2<f64>, widen: f64) -> (Array2<f64>, Array2<f64>) {
         let (u, eta, maxf, _) = element_numbers(self.spec.format).expect("checked in parse");
         let (rows, cols) = v.dim();
         let (gr, gc) = self.spec.block.grid(rows, cols);
@@ -234,14 +192,7 @@ impl OperandPlan {
         let sat = self.can_saturate();
         let mut m = Array2::<f64>::zeros((rows, cols));
         let mut t = Array2::<f64>::zeros((rows, cols));
-        for (r, (((vr, er), mut mr), mut tr)) in v
-            .rows()
-            .into_iter()
-            .zip(e.rows())
-            .zip(m.rows_mut())
-            .zip(t.rows_mut())
-            .enumerate()
-        {
+        for (r, (((vr, er), mut mr), mut tr)) in v.rows().into_iter().zip(e.rows()).zip(m.rows_mut()).zip(t.rows_mut()).enumerate() {
             for j in 0..gc {
                 let b = (r / br, j);
                 let (sh, sl) = (s_hi[b], s_lo[b]);
@@ -260,21 +211,13 @@ impl OperandPlan {
 
 /// `|v| + b` and `max(|v| − b, 0)`: bounds on the magnitude of the exact value from an emulated value `v`
 /// with bound `b` — and, with the bound doubled, on any faithful kernel's value.
-pub fn magnitude_bounds(
-    v: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    widen: f64,
-) -> (Array2<f64>, Array2<f64>) {
+pub fn magnitude_bounds(v: ArrayView2<f64>, b: ArrayView2<f64>, widen: f64) -> (Array2<f64>, Array2<f64>) {
     let mut hi = Array2::zeros(v.dim());
     let mut lo = Array2::zeros(v.dim());
-    Zip::from(&mut hi)
-        .and(&mut lo)
-        .and(v)
-        .and(b)
-        .for_each(|h, l, &v, &b| {
-            *h = v.abs() + widen * b;
-            *l = (v.abs() - widen * b).max(0.0);
-        });
+    Zip::from(&mut hi).and(&mut lo).and(v).and(b).for_each(|h, l, &v, &b| {
+        *h = v.abs() + widen * b;
+        *l = (v.abs() - widen * b).max(0.0);
+    });
     (hi, lo)
 }
 
@@ -288,11 +231,7 @@ fn spacing(f: Format, v: f64) -> f64 {
         Format::F16 => (-14, 10),
         Format::E8M0 => (-127, 0),
     };
-    let e = if v > 0.0 {
-        (v.log2().floor() as i32).max(emin)
-    } else {
-        emin
-    };
+    let e = if v > 0.0 { (v.log2().floor() as i32).max(emin) } else { emin };
     2f64.powi(e - mbits)
 }
 
@@ -306,12 +245,7 @@ impl OperandPlan {
     /// rounding cell (half the smaller neighbouring spacing around the code, less the distance already
     /// taken), and the fed value moves by the scale's change (and, when the code can change, by the
     /// scaled move plus one spacing).
-    pub fn fed_deviation(
-        &self,
-        v: ArrayView2<f64>,
-        d: ArrayView2<f64>,
-        q: &crate::quant::QuantTensor,
-    ) -> Array2<f64> {
+    pub fn fed_deviation(&self, v: ArrayView2<f64>, d: ArrayView2<f64>, q: &crate::quant::QuantTensor) -> Array2<f64> {
         let (rows, cols) = v.dim();
         let (gr, gc) = self.spec.block.grid(rows, cols);
         let mut amax = Array2::<f64>::zeros((gr, gc));

@@ -32,9 +32,7 @@ pub fn row_tiles(m: usize, n: usize) -> Vec<Range<usize>> {
     let per = (TILE_ENTRIES / n).max(8);
     let count = m.div_ceil(per);
     // Near-equal tiles (none short enough to take another path of the gemm crate).
-    (0..count)
-        .map(|t| t * m / count..(t + 1) * m / count)
-        .collect()
+    (0..count).map(|t| t * m / count..(t + 1) * m / count).collect()
 }
 
 /// `c = A·Bᵀ` in plain f64 (no rounding factor: see [`abs_factor`]), overwriting `c`.
@@ -49,34 +47,10 @@ pub fn abs_gemm_into(a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayViewMut
         return;
     }
     assert!(c.is_standard_layout(), "output buffer in standard layout");
-    let par = if m * n * k > (1 << 22) && rayon::current_thread_index().is_none() {
-        Parallelism::Rayon(0)
-    } else {
-        Parallelism::None
-    };
+    let par = if m * n * k > (1 << 22) && rayon::current_thread_index().is_none() { Parallelism::Rayon(0) } else { Parallelism::None };
     // SAFETY: standard-layout buffers of m·k, n·k and m·n elements with the strides given.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            k as isize,
-            1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            par,
-        );
+        gemm::gemm(m, n, k, c.as_mut_ptr(), 1, n as isize, false, a.as_ptr(), 1, k as isize, b.as_ptr(), k as isize, 1, 0.0, 1.0, false, false, false, par);
     }
 }
 
@@ -115,11 +89,7 @@ pub struct Products<'a> {
 impl<'a> Products<'a> {
     /// The slot of the product `a·bᵀ` (a new one unless the same pair of ids is already there).
     pub fn add(&mut self, a: Operand<'a>, b: Operand<'a>) -> usize {
-        if let Some(i) = self
-            .pairs
-            .iter()
-            .position(|(x, y)| x.id == a.id && y.id == b.id)
-        {
+        if let Some(i) = self.pairs.iter().position(|(x, y)| x.id == a.id && y.id == b.id) {
             return i;
         }
         self.pairs.push((a, b));
@@ -143,9 +113,7 @@ impl<'a> Products<'a> {
             let b = self.pairs[i].1;
             let (n, k) = b.v.dim();
             let group: Vec<usize> = if t >= 4 && n > 64 {
-                (i..count)
-                    .filter(|&j| !done[j] && self.pairs[j].1.id == b.id)
-                    .collect()
+                (i..count).filter(|&j| !done[j] && self.pairs[j].1.id == b.id).collect()
             } else {
                 vec![i]
             };
@@ -164,9 +132,7 @@ impl<'a> Products<'a> {
                     self.stacked = Array2::zeros((height, k));
                 }
                 for (q, &j) in group.iter().enumerate() {
-                    self.stacked
-                        .slice_mut(s![q * t..(q + 1) * t, ..])
-                        .assign(&self.pairs[j].0.v.slice(s![rows.clone(), ..]));
+                    self.stacked.slice_mut(s![q * t..(q + 1) * t, ..]).assign(&self.pairs[j].0.v.slice(s![rows.clone(), ..]));
                 }
                 abs_gemm_into(self.stacked.slice(s![..height, ..]), b.v, out);
             }
@@ -198,12 +164,7 @@ mod tests {
             let x = g.next_u64();
             (x >> 11) as f64 / (1u64 << 53) as f64 * if x & 1 == 0 { 1.0 } else { 1e-3 }
         };
-        for (m, n, k) in [
-            (700, 1600, 64),
-            (300, 2048, 700),
-            (1536, 700, 13),
-            (129, 65, 2100),
-        ] {
+        for (m, n, k) in [(700, 1600, 64), (300, 2048, 700), (1536, 700, 13), (129, 65, 2100)] {
             let a = Array2::from_shape_fn((m, k), |_| r());
             let b = Array2::from_shape_fn((n, k), |_| r());
             let mut whole = Array2::zeros((m, n));
@@ -213,38 +174,19 @@ mod tests {
             let mut whole2 = Array2::zeros((m, n));
             abs_gemm_into(a2.view(), b.view(), whole2.view_mut());
             let mut p = Products::default();
-            let slot = p.add(
-                Operand { id: 0, v: a.view() },
-                Operand { id: 0, v: b.view() },
-            );
-            let slot2 = p.add(
-                Operand {
-                    id: 1,
-                    v: a2.view(),
-                },
-                Operand { id: 0, v: b.view() },
-            );
-            let same = |x: ArrayView2<f64>, y: ArrayView2<f64>| {
-                x.iter()
-                    .zip(y.iter())
-                    .all(|(x, y)| x.to_bits() == y.to_bits())
-            };
+            let slot = p.add(Operand { id: 0, v: a.view() }, Operand { id: 0, v: b.view() });
+            let slot2 = p.add(Operand { id: 1, v: a2.view() }, Operand { id: 0, v: b.view() });
+            let same = |x: ArrayView2<f64>, y: ArrayView2<f64>| x.iter().zip(y.iter()).all(|(x, y)| x.to_bits() == y.to_bits());
             for rows in [0..m, 0..7, m - 5..m, 10..m / 2, 3..4, 0..2] {
                 p.compute(rows.clone());
                 for (slot, op, whole) in [(slot, &a, &whole), (slot2, &a2, &whole2)] {
                     // As one product of these rows (what the stage computed before tiles) ...
                     let mut alone = Array2::zeros((rows.len(), n));
                     abs_gemm_into(op.slice(s![rows.clone(), ..]), b.view(), alone.view_mut());
-                    assert!(
-                        same(p.tile(slot), alone.view()),
-                        "m {m} n {n} k {k} rows {rows:?}"
-                    );
+                    assert!(same(p.tile(slot), alone.view()), "m {m} n {n} k {k} rows {rows:?}");
                     // ... and, for tiles of at least 4 rows, as the whole product.
                     if rows.len() >= 4 {
-                        assert!(
-                            same(p.tile(slot), whole.slice(s![rows.clone(), ..])),
-                            "m {m} n {n} k {k} rows {rows:?}"
-                        );
+                        assert!(same(p.tile(slot), whole.slice(s![rows.clone(), ..])), "m {m} n {n} k {k} rows {rows:?}");
                     }
                 }
             }

@@ -38,8 +38,7 @@ pub fn parse_model(name: &str) -> Result<Model, EmulateError> {
     if name == "blackwell" {
         return Ok(Model::TensorCore(TensorCore::BLACKWELL_FP8));
     }
-    Model::parse(name)
-        .map_err(|_| EmulateError::Recipe(format!("unknown accumulation model '{name}'")))
+    Model::parse(name).map_err(|_| EmulateError::Recipe(format!("unknown accumulation model '{name}'")))
 }
 
 fn gamma(n: usize) -> f64 {
@@ -65,13 +64,10 @@ pub fn accumulation_coefficient(model: &Model, k: usize) -> f64 {
         Model::F32Sequential => gamma(k + 1),
         Model::F32Fma => gamma(k.max(1)),
         Model::TensorCore(tc) => {
-            let per = (tc.k_inst as f64 + 1.0) * 2f64.powi(-(tc.n_bits as i32))
-                + 2f64.powi(-(tc.out_frac_bits as i32));
+            let per = (tc.k_inst as f64 + 1.0) * 2f64.powi(-(tc.n_bits as i32)) + 2f64.powi(-(tc.out_frac_bits as i32));
             match tc.promote_every {
                 None => k.div_ceil(tc.k_inst).max(1) as f64 * per,
-                Some(p) => {
-                    p.div_ceil(tc.k_inst) as f64 * per + (k.div_ceil(p) as f64 + 2.0) * 2.0 * U32
-                }
+                Some(p) => p.div_ceil(tc.k_inst) as f64 * per + (k.div_ceil(p) as f64 + 2.0) * 2.0 * U32,
             }
         }
     };
@@ -110,28 +106,10 @@ pub struct GemmPlan {
 
 impl GemmPlan {
     pub fn parse(name: &'static str, g: &GemmRecipe) -> Result<GemmPlan, EmulateError> {
-        let op = |q: &Option<crate::recipe::OperandQuant>| {
-            q.as_ref().map(OperandPlan::parse).transpose()
-        };
-        let plan = GemmPlan {
-            name,
-            model: parse_model(&g.accumulate)?,
-            a: op(&g.a)?,
-            b: op(&g.b)?,
-            same_schedule: false,
-        };
-        if let (
-            Model::TensorCore(TensorCore {
-                promote_every: Some(p),
-                ..
-            }),
-            true,
-        ) = (&plan.model, plan.a.is_some() || plan.b.is_some())
-        {
-            let kb: Vec<usize> = [&plan.a, &plan.b]
-                .iter()
-                .filter_map(|o| o.as_ref().map(|o| o.k_block()))
-                .collect();
+        let op = |q: &Option<crate::recipe::OperandQuant>| q.as_ref().map(OperandPlan::parse).transpose();
+        let plan = GemmPlan { name, model: parse_model(&g.accumulate)?, a: op(&g.a)?, b: op(&g.b)?, same_schedule: false };
+        if let (Model::TensorCore(TensorCore { promote_every: Some(p), .. }), true) = (&plan.model, plan.a.is_some() || plan.b.is_some()) {
+            let kb: Vec<usize> = [&plan.a, &plan.b].iter().filter_map(|o| o.as_ref().map(|o| o.k_block())).collect();
             if kb.iter().any(|&k| k != *p) {
                 return Err(EmulateError::Recipe(format!(
                     "{name}: promotion every {p} needs operand blocks of {p} along K (got {kb:?})"
@@ -143,10 +121,7 @@ impl GemmPlan {
 
     fn promotes(&self) -> Option<usize> {
         match self.model {
-            Model::TensorCore(TensorCore {
-                promote_every: Some(p),
-                ..
-            }) if self.a.is_some() || self.b.is_some() => Some(p),
+            Model::TensorCore(TensorCore { promote_every: Some(p), .. }) if self.a.is_some() || self.b.is_some() => Some(p),
             _ => None,
         }
     }
@@ -173,9 +148,7 @@ pub struct GemmOut {
 fn row_scales(q: &QuantTensor, rows: usize) -> Array2<f64> {
     match q.spec.block {
         quant::Block::Rows(_) => q.scale.clone(),
-        quant::Block::Tile(p, _) => {
-            Array2::from_shape_fn((rows, q.scale.ncols()), |(r, j)| q.scale[[r / p, j]])
-        }
+        quant::Block::Tile(p, _) => Array2::from_shape_fn((rows, q.scale.ncols()), |(r, j)| q.scale[[r / p, j]]),
         quant::Block::Cols(_) => unreachable!("rejected by GemmPlan::parse: no K block"),
     }
 }
@@ -184,9 +157,7 @@ fn row_scales(q: &QuantTensor, rows: usize) -> Array2<f64> {
 pub fn store(raw: Array2<f64>, pre: Array2<f64>, st: Storage) -> Tracked {
     let (u, eta) = (st.unit_roundoff(), st.underflow());
     let mut b = pre;
-    Zip::from(&mut b)
-        .and(&raw)
-        .for_each(|b, &r| *b = *b + u * (r.abs() + 2.0 * *b) + eta);
+    Zip::from(&mut b).and(&raw).for_each(|b, &r| *b = *b + u * (r.abs() + 2.0 * *b) + eta);
     let mut v = raw; // rounded in place: no copy of a possibly weight-sized array
     v.mapv_inplace(|r| st.round(r));
     Tracked { v, b }
@@ -207,14 +178,7 @@ pub fn store_dev(raw: &Array2<f64>, pre: Array2<f64>, st: Storage) -> Array2<f64
 }
 
 /// `C = A·Bᵀ` (operands `[M, K]`, `[N, K]`, each with its bound) as the recipe computes it, stored to `st`.
-pub fn gemm_stage(
-    plan: &GemmPlan,
-    a: ArrayView2<f64>,
-    ab: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    bb: ArrayView2<f64>,
-    st: Storage,
-) -> GemmOut {
+pub fn gemm_stage(plan: &GemmPlan, a: ArrayView2<f64>, ab: ArrayView2<f64>, b: ArrayView2<f64>, bb: ArrayView2<f64>, st: Storage) -> GemmOut {
     gemm_stage_with(plan, a, ab, None, b, bb, None, st)
 }
 
@@ -236,24 +200,9 @@ pub fn gemm_stage_with(
     let dim = (a.nrows(), b.nrows());
     let (mut v, mut bound) = (Array2::zeros(dim), Array2::zeros(dim));
     let mut dev = (ad.is_some() || bd.is_some()).then(|| Array2::zeros(dim));
-    let out = StageOut {
-        v: v.view_mut(),
-        b: bound.view_mut(),
-        d: dev.as_mut().map(|d| d.view_mut()),
-    };
-    let Fed { qa, qb } = gemm_stage_into(
-        plan,
-        StageIn { v: a, b: ab, d: ad },
-        StageIn { v: b, b: bb, d: bd },
-        st,
-        out,
-    );
-    GemmOut {
-        out: Tracked { v, b: bound },
-        dev,
-        qa,
-        qb,
-    }
+    let out = StageOut { v: v.view_mut(), b: bound.view_mut(), d: dev.as_mut().map(|d| d.view_mut()) };
+    let Fed { qa, qb } = gemm_stage_into(plan, StageIn { v: a, b: ab, d: ad }, StageIn { v: b, b: bb, d: bd }, st, out);
+    GemmOut { out: Tracked { v, b: bound }, dev, qa, qb }
 }
 
 pub use crate::accum::BoundElem;
@@ -294,13 +243,7 @@ impl BoundOperand {
     /// The operand's bound arrays from its emulated value `v`, bound `e` and (for deviations) deviation
     /// `d`, quantised as `p` (to `q`). Operands are 3M elements per expert for weights, so no array is
     /// made that is not needed.
-    fn new(
-        v: ArrayView2<f64>,
-        e: ArrayView2<f64>,
-        d: Option<ArrayView2<f64>>,
-        p: &Option<OperandPlan>,
-        q: &Option<QuantTensor>,
-    ) -> Self {
+    fn new(v: ArrayView2<f64>, e: ArrayView2<f64>, d: Option<ArrayView2<f64>>, p: &Option<OperandPlan>, q: &Option<QuantTensor>) -> Self {
         // An exactly-zero error adds nothing (m ≥ 0, and m + 0 = m bit for bit).
         let (m, t) = match p {
             Some(p) => {
@@ -336,26 +279,16 @@ impl BoundOperand {
 
     /// `(id, array)` of each role; equal ids mean equal values (id 0: `m`, 1: `t`, 2: `f`, 3: `f1`).
     fn m(&self) -> Operand<'_> {
-        Operand {
-            id: 0,
-            v: self.m.view(),
-        }
+        Operand { id: 0, v: self.m.view() }
     }
     fn t(&self) -> Operand<'_> {
-        self.t
-            .as_ref()
-            .map_or(self.m(), |t| Operand { id: 1, v: t.view() })
+        self.t.as_ref().map_or(self.m(), |t| Operand { id: 1, v: t.view() })
     }
     fn f(&self) -> Operand<'_> {
-        self.f
-            .as_ref()
-            .map_or(self.m(), |f| Operand { id: 2, v: f.view() })
+        self.f.as_ref().map_or(self.m(), |f| Operand { id: 2, v: f.view() })
     }
     fn f1(&self) -> Operand<'_> {
-        self.f1.as_ref().map_or(self.f(), |f1| Operand {
-            id: 3,
-            v: f1.view(),
-        })
+        self.f1.as_ref().map_or(self.f(), |f1| Operand { id: 3, v: f1.view() })
     }
     /// Whether the fed operand has no deviation.
     fn exact(&self) -> bool {
@@ -385,19 +318,9 @@ enum DevMode {
 /// [`gemm_stage_with`] written into `out` (the caller's arrays: a weight gradient's per-expert slice,
 /// or an expert's rows), one tile of output rows at a time ([`products`]): nothing output-sized is
 /// allocated here besides the tensor-core model's own work.
-pub fn gemm_stage_into<B: BoundElem>(
-    plan: &GemmPlan,
-    a: StageIn,
-    b: StageIn,
-    st: Storage,
-    out: StageOut<B>,
-) -> Fed {
+pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st: Storage, out: StageOut<B>) -> Fed {
     let (StageIn { v: a, b: ab, d: ad }, StageIn { v: b, b: bb, d: bd }) = (a, b);
-    let StageOut {
-        v: mut raw,
-        b: mut bound,
-        d: mut dev,
-    } = out;
+    let StageOut { v: mut raw, b: mut bound, d: mut dev } = out;
     let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
     assert_eq!(raw.dim(), (m, n), "output shape");
     let qa = plan.a.as_ref().map(|p| quant::quantize(a, &p.spec));
@@ -414,10 +337,7 @@ pub fn gemm_stage_into<B: BoundElem>(
     };
     let (fmt_a, fmt_b) = (fmt_of(&qa), fmt_of(&qb));
     let model = match plan.model {
-        Model::TensorCore(tc) => Model::TensorCore(TensorCore {
-            operands: (fmt_a, fmt_b),
-            ..tc
-        }),
+        Model::TensorCore(tc) => Model::TensorCore(TensorCore { operands: (fmt_a, fmt_b), ..tc }),
         m => m,
     };
     // A promoting tensor-core GEMM fed codes is bounded instruction by instruction ([`Truncation`]): the
@@ -430,19 +350,11 @@ pub fn gemm_stage_into<B: BoundElem>(
         Some(kb) => {
             let nkb = k.div_ceil(kb);
             let ones = |rows| Array2::from_elem((rows, nkb), 1.0);
-            let (fa, sa) = match &qa {
-                Some(q) => (q.q.view(), row_scales(q, a.nrows())),
-                None => (a, ones(a.nrows())),
-            };
-            let (fb, sb) = match &qb {
-                Some(q) => (q.q.view(), row_scales(q, b.nrows())),
-                None => (b, ones(b.nrows())),
-            };
+            let (fa, sa) = match &qa { Some(q) => (q.q.view(), row_scales(q, a.nrows())), None => (a, ones(a.nrows())) };
+            let (fb, sb) = match &qb { Some(q) => (q.q.view(), row_scales(q, b.nrows())), None => (b, ones(b.nrows())) };
             let scales = Some((sa.view(), sb.view(), kb));
             match (&model, &fine) {
-                (Model::TensorCore(tc), Some(f)) if f.chained() => {
-                    accum::gemm_nt_mag_into(tc, fa, fb, scales, raw.view_mut(), bound.view_mut())
-                }
+                (Model::TensorCore(tc), Some(f)) if f.chained() => accum::gemm_nt_mag_into(tc, fa, fb, scales, raw.view_mut(), bound.view_mut()),
                 _ => accum::gemm_nt_into(&model, fa, fb, scales, raw.view_mut()),
             }
         }
@@ -460,10 +372,7 @@ pub fn gemm_stage_into<B: BoundElem>(
     let zero = Array2::<f64>::zeros((1, 1));
     let zeros = |dim| zero.broadcast(dim).expect("a 1x1 array broadcasts");
     let want_dev = ad.is_some() || bd.is_some();
-    let (ad, bd) = (
-        want_dev.then(|| ad.unwrap_or_else(|| zeros(a.dim()))),
-        want_dev.then(|| bd.unwrap_or_else(|| zeros(b.dim()))),
-    );
+    let (ad, bd) = (want_dev.then(|| ad.unwrap_or_else(|| zeros(a.dim()))), want_dev.then(|| bd.unwrap_or_else(|| zeros(b.dim()))));
     let oa = BoundOperand::new(a, ab, ad, &plan.a, &qa);
     let ob = BoundOperand::new(b, bb, bd, &plan.b, &qb);
     let exact_inputs = oa.exact() && ob.exact();
@@ -476,14 +385,11 @@ pub fn gemm_stage_into<B: BoundElem>(
     let mut products = Products::default();
     let slot_s = products.add(oa.t(), ob.t());
     let slot_s0 = products.add(oa.m(), ob.m());
-    let slot_d1 =
-        matches!(mode, DevMode::Orders | DevMode::Full).then(|| products.add(oa.f1(), ob.f1()));
+    let slot_d1 = matches!(mode, DevMode::Orders | DevMode::Full).then(|| products.add(oa.f1(), ob.f1()));
     let slot_d0 = (mode == DevMode::Full).then(|| products.add(oa.f(), ob.f()));
     let (up, down) = (abs_factor(k, false), abs_factor(k, true));
     // With the per-instruction bound, the coefficient of Σ|products| keeps only the promotions' f32 roundings.
-    let coefficient = fine
-        .as_ref()
-        .map_or_else(|| accumulation_coefficient(&plan.model, k), |f| f.promotion);
+    let coefficient = fine.as_ref().map_or_else(|| accumulation_coefficient(&plan.model, k), |f| f.promotion);
     let kappa = coefficient + ORACLE_SLACK;
     let under = underflow_term(k);
     // The accumulation terms of the deviation: the emulator's and the kernel's roundings or truncations differ
@@ -491,28 +397,12 @@ pub fn gemm_stage_into<B: BoundElem>(
     // 0): a kernel that follows the schedule but is fed other codes truncates differently (not Lipschitz).
     let orders = 2.0 * coefficient;
     // Per-instruction maxima of the fed magnitudes' bounds, and their product (a GEMM over the instructions).
-    let chunk_max = fine
-        .as_ref()
-        .map(|f| (f.chunk_max(oa.t().v), f.chunk_max(ob.t().v)));
+    let chunk_max = fine.as_ref().map(|f| (f.chunk_max(oa.t().v), f.chunk_max(ob.t().v)));
     // Few instructions (weight gradients over few rows): the product row by row below, B's maxima
     // transposed, instead of a GEMM whose output tile would cost more than its few multiply-adds.
     let inline_mt = fine.as_ref().is_some_and(|f| f.instructions <= INLINE_MT);
-    let cb_t = chunk_max
-        .as_ref()
-        .filter(|_| inline_mt)
-        .map(|(_, cb)| cb.t().as_standard_layout().into_owned());
-    let slot_mt = chunk_max.as_ref().filter(|_| !inline_mt).map(|(ca, cb)| {
-        products.add(
-            Operand {
-                id: 4,
-                v: ca.view(),
-            },
-            Operand {
-                id: 4,
-                v: cb.view(),
-            },
-        )
-    });
+    let cb_t = chunk_max.as_ref().filter(|_| inline_mt).map(|(_, cb)| cb.t().as_standard_layout().into_owned());
+    let slot_mt = chunk_max.as_ref().filter(|_| !inline_mt).map(|(ca, cb)| products.add(Operand { id: 4, v: ca.view() }, Operand { id: 4, v: cb.view() }));
     let tc_extra = match model {
         Model::TensorCore(tc) => {
             let (amax, bmax) = match &chunk_max {
@@ -521,21 +411,9 @@ pub fn gemm_stage_into<B: BoundElem>(
             };
             let per = match &fine {
                 Some(f) => f.instructions as f64 * f.alpha * f.rho * (1.0 + f.gamma),
-                None => {
-                    k.div_ceil(tc.k_inst) as f64
-                        * (tc.k_inst as f64 + 1.0)
-                        * 2f64.powi(-(tc.n_bits as i32))
-                        * (1.0 + 2.0 * kappa)
-                }
+                None => k.div_ceil(tc.k_inst) as f64 * (tc.k_inst as f64 + 1.0) * 2f64.powi(-(tc.n_bits as i32)) * (1.0 + 2.0 * kappa),
             };
-            Some(TcExtra::new(
-                per,
-                fmt_a,
-                fmt_b,
-                (amax, bmax),
-                fed_as_codes,
-                (&qa, &qb),
-            ))
+            Some(TcExtra::new(per, fmt_a, fmt_b, (amax, bmax), fed_as_codes, (&qa, &qb)))
         }
         _ => None,
     };
@@ -544,19 +422,11 @@ pub fn gemm_stage_into<B: BoundElem>(
     // Rows of the outputs are written as slices (every caller's arrays have contiguous rows; an empty
     // view may carry any strides).
     let contiguous = |s: &[isize]| m == 0 || n <= 1 || s[1] == 1;
-    assert!(
-        contiguous(raw.strides()) && contiguous(bound.strides()),
-        "output rows contiguous"
-    );
-    assert!(
-        dev.as_ref().is_none_or(|d| contiguous(d.strides())),
-        "output rows contiguous"
-    );
+    assert!(contiguous(raw.strides()) && contiguous(bound.strides()), "output rows contiguous");
+    assert!(dev.as_ref().is_none_or(|d| contiguous(d.strides())), "output rows contiguous");
     let dev_extra = matches!(mode, DevMode::Orders | DevMode::Full);
     let (mut pre, mut dp) = (vec![0.0; n], vec![0.0; n]);
-    let (mt_up, mag_up) = fine.as_ref().map_or((1.0, 1.0), |f| {
-        (abs_factor(f.instructions, false), f.magnitude_factor)
-    });
+    let (mt_up, mag_up) = fine.as_ref().map_or((1.0, 1.0), |f| (abs_factor(f.instructions, false), f.magnitude_factor));
     let mut mt_buf = vec![0.0; if inline_mt { n } else { 0 }];
     // Per row of the per-instruction bound: R, Mt (as used) and the emulator's own truncation T_e.
     let (mut r_row, mut mt_keep, mut own_row) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
@@ -576,10 +446,7 @@ pub fn gemm_stage_into<B: BoundElem>(
                     (Some(pmt), _) => row_slice(*pmt, ti),
                     (None, Some(cb_t)) => {
                         mt_buf.fill(0.0);
-                        let cb_rows = cb_t
-                            .as_slice()
-                            .expect("standard layout")
-                            .chunks_exact(n.max(1));
+                        let cb_rows = cb_t.as_slice().expect("standard layout").chunks_exact(n.max(1));
                         for (&x, cb) in ca.row(i).iter().zip(cb_rows) {
                             for (o, &y) in mt_buf.iter_mut().zip(cb) {
                                 *o += x * y;
@@ -593,20 +460,11 @@ pub fn gemm_stage_into<B: BoundElem>(
                 // Branch-free loops over the row (each vectorises): R, then the bound (keeping Mt and
                 // T_e for the deviation), then the deviation in the stage's mode.
                 match mags.as_slice().filter(|_| f.chained()) {
-                    Some(mags) => r_row
-                        .iter_mut()
-                        .zip(mags)
-                        .for_each(|(r, &g)| *r = g.to_f64() * mag_up),
+                    Some(mags) => r_row.iter_mut().zip(mags).for_each(|(r, &g)| *r = g.to_f64() * mag_up),
                     None => r_row.iter_mut().zip(s_row).for_each(|(r, &s)| *r = s * up),
                 }
-                let row = pre
-                    .iter_mut()
-                    .zip(mt_keep.iter_mut())
-                    .zip(own_row.iter_mut())
-                    .zip(r_row.iter());
-                for ((((p, keep), o), &r), ((&s, &s0), &mt)) in
-                    row.zip(s_row.iter().zip(s0_row).zip(mt_row))
-                {
+                let row = pre.iter_mut().zip(mt_keep.iter_mut()).zip(own_row.iter_mut()).zip(r_row.iter());
+                for ((((p, keep), o), &r), ((&s, &s0), &mt)) in row.zip(s_row.iter().zip(s0_row).zip(mt_row)) {
                     let (s, s0) = (s * up, s0 * down);
                     let mt = (mt * mt_up).min(s);
                     let own = f.own(r, mt);
@@ -614,13 +472,8 @@ pub fn gemm_stage_into<B: BoundElem>(
                     *p = ops_s + kappa * s + under + f.any(r, mt, own, 2.0 * ops_s);
                     (*keep, *o) = (mt, own);
                 }
-                let trunc =
-                    |j: usize, ops: f64| own_row[j] + f.any(r_row[j], mt_keep[j], own_row[j], ops);
-                match (
-                    pd1.map(|p| row_slice(p, ti)),
-                    pd0.map(|p| row_slice(p, ti)),
-                    dev_extra,
-                ) {
+                let trunc = |j: usize, ops: f64| own_row[j] + f.any(r_row[j], mt_keep[j], own_row[j], ops);
+                match (pd1.map(|p| row_slice(p, ti)), pd0.map(|p| row_slice(p, ti)), dev_extra) {
                     (Some(d1), Some(d0), true) => (0..n).for_each(|j| {
                         let s1 = d1[j] * up;
                         let ops = (s1 - d0[j] * down).max(0.0);
@@ -631,29 +484,18 @@ pub fn gemm_stage_into<B: BoundElem>(
                         let ops = (s1 - d0[j] * down).max(0.0);
                         dp[j] = ops + orders * s1 + 2.0 * under;
                     }),
-                    (Some(d1), None, true) => (0..n)
-                        .for_each(|j| dp[j] = orders * (d1[j] * up) + 2.0 * under + trunc(j, 0.0)),
-                    (Some(d1), None, false) => {
-                        (0..n).for_each(|j| dp[j] = orders * (d1[j] * up) + 2.0 * under)
-                    }
+                    (Some(d1), None, true) => (0..n).for_each(|j| dp[j] = orders * (d1[j] * up) + 2.0 * under + trunc(j, 0.0)),
+                    (Some(d1), None, false) => (0..n).for_each(|j| dp[j] = orders * (d1[j] * up) + 2.0 * under),
                     _ => dp.fill(0.0),
                 }
             } else {
-                for ((p, &s), &s0) in pre
-                    .iter_mut()
-                    .zip(row_slice(ps, ti))
-                    .zip(row_slice(ps0, ti))
-                {
+                for ((p, &s), &s0) in pre.iter_mut().zip(row_slice(ps, ti)).zip(row_slice(ps0, ti)) {
                     let (s, s0) = (s * up, s0 * down);
                     *p = (s - s0).max(0.0) + kappa * s + under;
                 }
                 match (&pd1, &pd0) {
                     (Some(p1), Some(p0)) => {
-                        for ((d, &s1), &s0) in dp
-                            .iter_mut()
-                            .zip(row_slice(*p1, ti))
-                            .zip(row_slice(*p0, ti))
-                        {
+                        for ((d, &s1), &s0) in dp.iter_mut().zip(row_slice(*p1, ti)).zip(row_slice(*p0, ti)) {
                             let s1 = s1 * up;
                             let ops = (s1 - s0 * down).max(0.0);
                             *d = ops + orders * s1 + 2.0 * under;
@@ -696,9 +538,7 @@ pub fn gemm_stage_into<B: BoundElem>(
 
 /// Row `i` of a standard-layout buffer, as a slice that lives as long as the buffer.
 fn row_slice(p: ArrayView2<'_, f64>, i: usize) -> &'_ [f64] {
-    p.index_axis_move(ndarray::Axis(0), i)
-        .to_slice()
-        .expect("standard layout buffer")
+    p.index_axis_move(ndarray::Axis(0), i).to_slice().expect("standard layout buffer")
 }
 
 /// The truncation of a promoting tensor-core GEMM fed codes (blockwise FP8: [`crate::accum`]'s model with
@@ -764,31 +604,19 @@ const EVAL: f64 = 1.0 + 1.0 / (1u64 << 45) as f64;
 impl Truncation {
     /// The bound of `tc` (operand formats set) promoting every `block` over K = `k`, where it applies.
     fn new(tc: &TensorCore, block: usize, k: usize) -> Option<Truncation> {
-        let (emin_a, emin_b) = (
-            tc.operands.0.spec().min_exponent(),
-            tc.operands.1.spec().min_exponent(),
-        );
+        let (emin_a, emin_b) = (tc.operands.0.spec().min_exponent(), tc.operands.1.spec().min_exponent());
         let normal = emin_a + emin_b - tc.n_bits as i32 >= -126 && tc.out_frac_bits <= 23;
         // Instructions per block (the longest block).
         let n = block.min(k).div_ceil(tc.k_inst.max(1)).max(1) as f64;
-        let (alpha, beta) = (
-            (tc.k_inst as f64 + 1.0) * 2f64.powi(-(tc.n_bits as i32)),
-            2f64.powi(-(tc.out_frac_bits as i32)),
-        );
+        let (alpha, beta) = ((tc.k_inst as f64 + 1.0) * 2f64.powi(-(tc.n_bits as i32)), 2f64.powi(-(tc.out_frac_bits as i32)));
         let gamma = (n - 1.0) * alpha + n * beta;
         if !normal || tc.promote_every != Some(block) || gamma > 0.5 || tc.k_inst == 0 {
             return None;
         }
         let blocks = k.div_ceil(block);
-        let instructions = (0..blocks)
-            .map(|b| (k - b * block).min(block).div_ceil(tc.k_inst))
-            .sum::<usize>();
+        let instructions = (0..blocks).map(|b| (k - b * block).min(block).div_ceil(tc.k_inst)).sum::<usize>();
         // Σ|C_i| ≤ R; where no block chains two instructions every C is zero.
-        let r_coef = if instructions > blocks {
-            alpha + beta
-        } else {
-            beta
-        };
+        let r_coef = if instructions > blocks { alpha + beta } else { beta };
         Some(Truncation {
             r_coef,
             k_inst: tc.k_inst,
@@ -833,10 +661,7 @@ impl Truncation {
                 let b1 = (b0 + self.block).min(k);
                 for s0 in (b0..b1).step_by(self.k_inst) {
                     let s1 = (s0 + self.k_inst).min(b1);
-                    o[c] = row
-                        .slice(ndarray::s![s0..s1])
-                        .iter()
-                        .fold(0.0f64, |x, &y| x.max(y));
+                    o[c] = row.slice(ndarray::s![s0..s1]).iter().fold(0.0f64, |x, &y| x.max(y));
                     c += 1;
                 }
             }
@@ -862,21 +687,10 @@ struct TcExtra {
 impl TcExtra {
     /// `per` multiplies the excess (instructions times the truncation per unit of 2^E); `amax`, `bmax`:
     /// the largest fed magnitude bound of each row of A and B.
-    fn new(
-        per: f64,
-        fmt_a: Format,
-        fmt_b: Format,
-        (amax, bmax): (Vec<f64>, Vec<f64>),
-        fed_as_codes: bool,
-        (qa, qb): (&Option<QuantTensor>, &Option<QuantTensor>),
-    ) -> Self {
+    fn new(per: f64, fmt_a: Format, fmt_b: Format, (amax, bmax): (Vec<f64>, Vec<f64>), fed_as_codes: bool, (qa, qb): (&Option<QuantTensor>, &Option<QuantTensor>)) -> Self {
         let scale_max = |q: &Option<QuantTensor>, rows: usize| -> Vec<f64> {
             match q {
-                Some(q) if fed_as_codes => row_scales(q, rows)
-                    .rows()
-                    .into_iter()
-                    .map(|r| 2.0 * r.iter().fold(0.0f64, |x, &y| x.max(y)))
-                    .collect(),
+                Some(q) if fed_as_codes => row_scales(q, rows).rows().into_iter().map(|r| 2.0 * r.iter().fold(0.0f64, |x, &y| x.max(y))).collect(),
                 _ => vec![1.0; rows],
             }
         };
@@ -896,14 +710,9 @@ impl TcExtra {
     fn add(&self, m: usize, pre: &mut [f64], mut dp: Option<&mut [f64]>) {
         // `2(ea·sa[m]·bmax[n] + eb·sb[n]·amax[m]) + ea·eb·sa[m]·sb[n]`, evaluated left to right as ever
         // (the row's factors hoisted: the same operations in the same order).
-        let (row_a, row_ab) = (
-            self.ea_min * self.sa[m],
-            self.ea_min * self.eb_min * self.sa[m],
-        );
+        let (row_a, row_ab) = (self.ea_min * self.sa[m], self.ea_min * self.eb_min * self.sa[m]);
         let amax = self.amax[m];
-        let extra = |n: usize| {
-            2.0 * (row_a * self.bmax[n] + self.eb_min * self.sb[n] * amax) + row_ab * self.sb[n]
-        };
+        let extra = |n: usize| 2.0 * (row_a * self.bmax[n] + self.eb_min * self.sb[n] * amax) + row_ab * self.sb[n];
         match dp.as_deref_mut() {
             Some(dp) => {
                 for (n, (p, d)) in pre.iter_mut().zip(dp.iter_mut()).enumerate() {
@@ -923,10 +732,7 @@ impl TcExtra {
 
 /// The largest element of every row (0 for an empty row).
 fn row_max(m: ArrayView2<f64>) -> Vec<f64> {
-    m.rows()
-        .into_iter()
-        .map(|r| r.iter().fold(0.0f64, |x, &y| x.max(y)))
-        .collect()
+    m.rows().into_iter().map(|r| r.iter().fold(0.0f64, |x, &y| x.max(y))).collect()
 }
 
 /// A broadcast view of zeros (how exact operands' bounds are passed): no storage behind it.
@@ -991,34 +797,20 @@ mod tests {
 
     /// One dot product of E4M3 codes with per-block scales under the model: `(|value − exact|, R, Mt,
     /// Σ|products|)`, the fed magnitudes' maxima taken over `t_a`, `t_b` (value units).
-    fn measure(
-        a: &[f64],
-        b: &[f64],
-        sa: &[f64],
-        sb: &[f64],
-        t_a: &[f64],
-        t_b: &[f64],
-    ) -> (f64, f64, f64, f64) {
+    fn measure(a: &[f64], b: &[f64], sa: &[f64], sb: &[f64], t_a: &[f64], t_b: &[f64]) -> (f64, f64, f64, f64) {
         let tr = Truncation::new(&FP8, P, a.len()).expect("applies to blockwise FP8");
         let (v, r) = slow::dot_magnitudes(&FP8, a, b, Some((sa, sb, P)));
-        let (av, bv): (Vec<f64>, Vec<f64>) = (0..a.len())
-            .map(|j| (a[j] * sa[j / P], b[j] * sb[j / P]))
-            .unzip();
+        let (av, bv): (Vec<f64>, Vec<f64>) = (0..a.len()).map(|j| (a[j] * sa[j / P], b[j] * sb[j / P])).unzip();
         let err = crate::exact::dot_plus(av.iter().copied().zip(bv.iter().copied()), [-v]).abs();
         let ca = tr.chunk_max(ArrayView2::from_shape((1, a.len()), t_a).unwrap());
         let cb = tr.chunk_max(ArrayView2::from_shape((1, b.len()), t_b).unwrap());
-        let mt = ca.iter().zip(cb.iter()).map(|(x, y)| x * y).sum::<f64>()
-            * abs_factor(tr.instructions, false);
-        let abs = av.iter().zip(&bv).map(|(x, y)| (x * y).abs()).sum::<f64>()
-            * abs_factor(a.len(), false);
+        let mt = ca.iter().zip(cb.iter()).map(|(x, y)| x * y).sum::<f64>() * abs_factor(tr.instructions, false);
+        let abs = av.iter().zip(&bv).map(|(x, y)| (x * y).abs()).sum::<f64>() * abs_factor(a.len(), false);
         (err, r * tr.magnitude_factor, mt, abs)
     }
 
     fn abs_values(x: &[f64], s: &[f64]) -> Vec<f64> {
-        x.iter()
-            .enumerate()
-            .map(|(j, v)| (v * s[j / P]).abs())
-            .collect()
+        x.iter().enumerate().map(|(j, v)| (v * s[j / P]).abs()).collect()
     }
 
     /// The emulator's own bound `T_e` (plus the promotions) for codes `a`, `b`: `(error, bound)`.
@@ -1034,8 +826,7 @@ mod tests {
     /// (α+β)·Σ|S_i| + α·Mt ≈ 34·2^-13·4·2^20 + … per block: the C term is what covers it.
     #[test]
     fn c_dominant_truncation_is_covered_tightly() {
-        for (blocks, scale_a, scale_b) in [(1, 1.0, 1.0), (3, 0.75, 1.5), (2, 2f64.powi(-20), 3.0)]
-        {
+        for (blocks, scale_a, scale_b) in [(1, 1.0, 1.0), (3, 0.75, 1.5), (2, 2f64.powi(-20), 3.0)] {
             let k = blocks * P;
             let (mut a, mut b) = (vec![0.0; k], vec![0.0; k]);
             for blk in 0..blocks {
@@ -1046,24 +837,12 @@ mod tests {
                     (a[blk * P + j], b[blk * P + j]) = (14.0, 9.0);
                 }
             }
-            let (sa, sb) = (
-                vec![scale_a as f32 as f64; blocks],
-                vec![scale_b as f32 as f64; blocks],
-            );
+            let (sa, sb) = (vec![scale_a as f32 as f64; blocks], vec![scale_b as f32 as f64; blocks]);
             let (err, bound) = own(&a, &b, &sa, &sb);
             let want = (blocks * 96 * 126) as f64 * sa[0] * sb[0];
-            assert!(
-                (err - want).abs() <= want * 1e-6,
-                "the model drops every small product: {err:e} vs {want:e}"
-            );
-            assert!(
-                err <= bound,
-                "blocks {blocks}: error {err:e} above the bound {bound:e}"
-            );
-            assert!(
-                err >= 0.6 * bound,
-                "blocks {blocks}: the bound {bound:e} is loose here (error {err:e})"
-            );
+            assert!((err - want).abs() <= want * 1e-6, "the model drops every small product: {err:e} vs {want:e}");
+            assert!(err <= bound, "blocks {blocks}: error {err:e} above the bound {bound:e}");
+            assert!(err >= 0.6 * bound, "blocks {blocks}: the bound {bound:e} is loose here (error {err:e})");
         }
     }
 
@@ -1105,11 +884,7 @@ mod tests {
                 }
                 let (x, y) = (code(&mut g, 5, 8, neg), code(&mut g, 5, 8, false));
                 (a[i0], b[i0]) = (x, y);
-                let e = if c == 0.0 {
-                    e_of(x) + e_of(y)
-                } else {
-                    (e_of(x) + e_of(y)).max(e_of(c))
-                };
+                let e = if c == 0.0 { e_of(x) + e_of(y) } else { (e_of(x) + e_of(y)).max(e_of(c)) };
                 c += x * y;
                 // Products aligned at E - 15 with significands 1.75-1.875 squared: 0.77-0.88 of 2^(E-13).
                 let (ea, eb) = ((e - 15).div_euclid(2), e - 15 - (e - 15).div_euclid(2));
@@ -1120,23 +895,13 @@ mod tests {
                     c += a[j] * y;
                 }
             }
-            let sa: Vec<f64> = (0..blocks)
-                .map(|_| (0.5 + (g.next_u64() % 1000) as f64 / 999.0) as f32 as f64)
-                .collect();
-            let sb: Vec<f64> = (0..blocks)
-                .map(|_| (0.5 + (g.next_u64() % 1000) as f64 / 999.0) as f32 as f64)
-                .collect();
+            let sa: Vec<f64> = (0..blocks).map(|_| (0.5 + (g.next_u64() % 1000) as f64 / 999.0) as f32 as f64).collect();
+            let sb: Vec<f64> = (0..blocks).map(|_| (0.5 + (g.next_u64() % 1000) as f64 / 999.0) as f32 as f64).collect();
             let (err, bound) = own(&a, &b, &sa, &sb);
-            assert!(
-                err <= bound,
-                "trial {trial}: error {err:e} above the bound {bound:e}"
-            );
+            assert!(err <= bound, "trial {trial}: error {err:e} above the bound {bound:e}");
             worst = worst.max(err / bound);
         }
-        assert!(
-            worst >= 0.33,
-            "the bound is never approached: worst error/bound {worst}"
-        );
+        assert!(worst >= 0.33, "the bound is never approached: worst error/bound {worst}");
     }
 
     /// Another faithful kernel, fed codes that differ from the emulator's (some moved a step, scales
@@ -1153,47 +918,22 @@ mod tests {
             for j in 0..k {
                 let big = j % 16 == 0;
                 let (lo, hi) = if big { (4, 8) } else { (-6, 2) };
-                (a[j], b[j]) = (
-                    code(&mut g, lo, hi, neg && j % 5 != 0),
-                    code(&mut g, lo, hi, false),
-                );
+                (a[j], b[j]) = (code(&mut g, lo, hi, neg && j % 5 != 0), code(&mut g, lo, hi, false));
             }
-            let sa: Vec<f64> = (0..blocks)
-                .map(|_| (1.0 + (g.next_u64() % 100) as f64 / 50.0) as f32 as f64)
-                .collect();
+            let sa: Vec<f64> = (0..blocks).map(|_| (1.0 + (g.next_u64() % 100) as f64 / 50.0) as f32 as f64).collect();
             let sb = vec![1.0; blocks];
             // The kernel: every 7th code of A one step up, its scales 1% up.
-            let a2: Vec<f64> = a
-                .iter()
-                .enumerate()
-                .map(|(j, &v)| {
-                    if j % 7 == trial % 7 {
-                        quantize(Format::E4M3, v * 1.2, Overflow::Saturate)
-                    } else {
-                        v
-                    }
-                })
-                .collect();
+            let a2: Vec<f64> = a.iter().enumerate().map(|(j, &v)| if j % 7 == trial % 7 { quantize(Format::E4M3, v * 1.2, Overflow::Saturate) } else { v }).collect();
             let sa2: Vec<f64> = sa.iter().map(|s| (s * 1.01) as f32 as f64).collect();
             let tr = Truncation::new(&FP8, P, k).unwrap();
             // Fed magnitudes' bounds covering both kernels.
-            let t_a: Vec<f64> = abs_values(&a, &sa)
-                .iter()
-                .zip(abs_values(&a2, &sa2))
-                .map(|(x, y)| x.max(y))
-                .collect();
+            let t_a: Vec<f64> = abs_values(&a, &sa).iter().zip(abs_values(&a2, &sa2)).map(|(x, y)| x.max(y)).collect();
             let t_b = abs_values(&b, &sb);
             let (_, r_e, mt, _) = measure(&a, &b, &sa, &sb, &t_a, &t_b);
             let (err2, _, _, abs2) = measure(&a2, &b, &sa2, &sb, &t_a, &t_b);
-            let delta: f64 = (0..k)
-                .map(|j| (a2[j] * sa2[j / P] * b[j] - a[j] * sa[j / P] * b[j]).abs())
-                .sum::<f64>()
-                * abs_factor(k, false);
+            let delta: f64 = (0..k).map(|j| (a2[j] * sa2[j / P] * b[j] - a[j] * sa[j / P] * b[j]).abs()).sum::<f64>() * abs_factor(k, false);
             let bound = tr.any(r_e, mt, tr.own(r_e, mt), delta) + tr.promotion * abs2;
-            assert!(
-                err2 <= bound,
-                "trial {trial}: the other kernel's error {err2:e} above {bound:e}"
-            );
+            assert!(err2 <= bound, "trial {trial}: the other kernel's error {err2:e} above {bound:e}");
         }
     }
 
@@ -1201,18 +941,9 @@ mod tests {
     #[test]
     fn applies_to_promoting_small_formats_only() {
         assert!(Truncation::new(&FP8, 128, 1000).is_some());
-        let bf16 = TensorCore {
-            promote_every: Some(128),
-            ..TensorCore::HOPPER_BF16
-        };
-        assert!(
-            Truncation::new(&bf16, 128, 1000).is_none(),
-            "bf16 sums can be f32-subnormal"
-        );
-        assert!(
-            Truncation::new(&FP8, 64, 1000).is_none(),
-            "promotion and blocks differ"
-        );
+        let bf16 = TensorCore { promote_every: Some(128), ..TensorCore::HOPPER_BF16 };
+        assert!(Truncation::new(&bf16, 128, 1000).is_none(), "bf16 sums can be f32-subnormal");
+        assert!(Truncation::new(&FP8, 64, 1000).is_none(), "promotion and blocks differ");
         let t = Truncation::new(&FP8, 128, 300).unwrap();
         assert_eq!(t.instructions, 4 + 4 + 2);
     }

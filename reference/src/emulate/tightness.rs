@@ -20,25 +20,14 @@ pub struct Tightness {
 
 /// The statistics of `got` against `exact` under `bound` (same shapes; elements whose bound and error
 /// are both zero count as ratio 0).
-pub fn tightness(
-    name: &str,
-    got: ArrayViewD<f64>,
-    exact: ArrayViewD<f64>,
-    bound: ArrayViewD<f64>,
-) -> Tightness {
+pub fn tightness(name: &str, got: ArrayViewD<f64>, exact: ArrayViewD<f64>, bound: ArrayViewD<f64>) -> Tightness {
     assert_eq!(got.shape(), exact.shape(), "{name}: shapes differ");
     assert_eq!(got.shape(), bound.shape(), "{name}: bound shape differs");
     let mut ratios: Vec<f64> = Vec::with_capacity(got.len());
     let (mut violations, mut max, mut worst) = (0usize, 0.0f64, None);
     for (i, ((&g, &x), &b)) in got.iter().zip(exact.iter()).zip(bound.iter()).enumerate() {
         let err = (g - x).abs();
-        let r = if err == 0.0 {
-            0.0
-        } else if b > 0.0 {
-            err / b
-        } else {
-            f64::INFINITY
-        };
+        let r = if err == 0.0 { 0.0 } else if b > 0.0 { err / b } else { f64::INFINITY };
         let r = if r.is_nan() { f64::INFINITY } else { r };
         if r > 1.0 {
             violations += 1;
@@ -50,20 +39,6 @@ pub fn tightness(
         ratios.push(r);
     }
     ratios.sort_by(|a, b| a.total_cmp(b));
-    let q = |p: f64| {
-        if ratios.is_empty() {
-            0.0
-        } else {
-            ratios[((ratios.len() - 1) as f64 * p).round() as usize]
-        }
-    };
-    Tightness {
-        name: name.into(),
-        elements: ratios.len(),
-        violations,
-        max,
-        median: q(0.5),
-        p99: q(0.99),
-        worst,
-    }
+    let q = |p: f64| if ratios.is_empty() { 0.0 } else { ratios[((ratios.len() - 1) as f64 * p).round() as usize] };
+    Tightness { name: name.into(), elements: ratios.len(), violations, max, median: q(0.5), p99: q(0.99), worst }
 }

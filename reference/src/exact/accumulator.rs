@@ -220,10 +220,7 @@ impl ExactSum {
         let mag: Vec<u64> = if negative {
             negate_chunks(&self.limbs[self.lo..=top])
         } else {
-            self.limbs[self.lo..=top]
-                .iter()
-                .map(|&l| l as u64)
-                .collect()
+            self.limbs[self.lo..=top].iter().map(|&l| l as u64).collect()
         };
         round_chunks(negative, &mag, MIN_EXP + (self.lo as i32) * CHUNK as i32)
     }
@@ -269,11 +266,7 @@ fn round_chunks(negative: bool, chunks: &[u64], unit_exp: i32) -> f64 {
     let lead = t as i32 * CHUNK as i32 + lead_in_chunk; // bit index within the integer
     let lead_exp = unit_exp + lead;
     if lead_exp > 1023 {
-        return if negative {
-            f64::NEG_INFINITY
-        } else {
-            f64::INFINITY
-        };
+        return if negative { f64::NEG_INFINITY } else { f64::INFINITY };
     }
     // Keep bits down to `lsb` (index within the integer): 53 bits, or fewer for subnormals.
     let lsb_exp = (lead_exp - 52).max(-1074);
@@ -307,11 +300,7 @@ fn round_chunks(negative: bool, chunks: &[u64], unit_exp: i32) -> f64 {
         return sign(negative, ldexp_exact(f, unit_exp));
     }
     let round_bit = if lsb >= 1 { bit(lsb - 1) } else { 0 };
-    let sticky = if lsb >= 2 {
-        any_below(chunks, lsb - 1)
-    } else {
-        false
-    };
+    let sticky = if lsb >= 2 { any_below(chunks, lsb - 1) } else { false };
     if round_bit == 1 && (sticky || q & 1 == 1) {
         q += 1;
     }

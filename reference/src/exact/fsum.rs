@@ -29,10 +29,7 @@ pub struct SmallSum {
 
 impl std::fmt::Debug for SmallSum {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SmallSum")
-            .field("partials", &&self.partials[..self.len])
-            .field("spilled", &self.spill.is_some())
-            .finish()
+        f.debug_struct("SmallSum").field("partials", &&self.partials[..self.len]).field("spilled", &self.spill.is_some()).finish()
     }
 }
 
@@ -44,12 +41,7 @@ impl Default for SmallSum {
 
 impl SmallSum {
     pub fn new() -> Self {
-        SmallSum {
-            partials: [0.0; MAX_PARTIALS],
-            len: 0,
-            special: 0.0,
-            spill: None,
-        }
+        SmallSum { partials: [0.0; MAX_PARTIALS], len: 0, special: 0.0, spill: None }
     }
 
     #[inline]

@@ -9,8 +9,8 @@
 mod accumulator;
 mod fsum;
 
-pub(crate) use accumulator::pow2;
 pub use accumulator::ExactSum;
+pub(crate) use accumulator::pow2;
 pub use fsum::SmallSum;
 
 use std::cell::RefCell;
@@ -66,10 +66,7 @@ pub fn sum<I: IntoIterator<Item = f64>>(xs: I) -> f64 {
 }
 
 /// Correctly rounded `Σ a_i * b_i + Σ c_j` in one rounding.
-pub fn dot_plus<I: IntoIterator<Item = (f64, f64)>, J: IntoIterator<Item = f64>>(
-    pairs: I,
-    extra: J,
-) -> f64 {
+pub fn dot_plus<I: IntoIterator<Item = (f64, f64)>, J: IntoIterator<Item = f64>>(pairs: I, extra: J) -> f64 {
     ACC.with(|acc| {
         let mut acc = acc.borrow_mut();
         acc.clear();
@@ -92,9 +89,7 @@ pub fn product_is_safe(a: f64, b: f64) -> bool {
         return a == 0.0 || b == 0.0;
     }
     let m = p.abs();
-    m.is_finite()
-        && m >= f64::from_bits(((-960 + 1023) as u64) << 52)
-        && m <= f64::from_bits(((1000 + 1023) as u64) << 52)
+    m.is_finite() && m >= f64::from_bits(((-960 + 1023) as u64) << 52) && m <= f64::from_bits(((1000 + 1023) as u64) << 52)
 }
 
 thread_local! {

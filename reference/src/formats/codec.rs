@@ -20,10 +20,7 @@ pub fn bits_of(spec: &Spec, o: Outcome) -> u16 {
         Outcome::Nan { neg } => {
             let mag = match spec.specials {
                 // Quiet NaN: all-ones exponent, top mantissa bit.
-                Specials::Ieee => {
-                    (spec.max_exponent_field() << spec.mantissa_bits)
-                        | (1 << (spec.mantissa_bits - 1))
-                }
+                Specials::Ieee => (spec.max_exponent_field() << spec.mantissa_bits) | (1 << (spec.mantissa_bits - 1)),
                 Specials::AllOnesNan => spec.magnitude_mask(),
                 Specials::None => unreachable!("a format without NaN produced NaN"),
             };
@@ -45,11 +42,7 @@ pub fn value_of(spec: &Spec, o: Outcome) -> f64 {
 
 /// The f64 value of a code. Panics when `bits` has bits set above the format's width.
 pub fn decode_bits(spec: &Spec, bits: u16) -> f64 {
-    assert!(
-        u32::from(bits) >> spec.bits() == 0,
-        "code {bits:#x} has bits above the format's {} bits",
-        spec.bits()
-    );
+    assert!(u32::from(bits) >> spec.bits() == 0, "code {bits:#x} has bits above the format's {} bits", spec.bits());
     let neg = bits & spec.sign_mask() != 0;
     let c = bits & spec.magnitude_mask();
     let magnitude = if spec.is_nan_code(c) {

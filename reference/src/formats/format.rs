@@ -63,33 +63,12 @@ pub enum Format {
 
 impl Format {
     /// Every format, in declaration order.
-    pub const ALL: [Format; 6] = [
-        Format::Bf16,
-        Format::F16,
-        Format::E4M3,
-        Format::E5M2,
-        Format::E8M0,
-        Format::E2M1,
-    ];
+    pub const ALL: [Format; 6] = [Format::Bf16, Format::F16, Format::E4M3, Format::E5M2, Format::E8M0, Format::E2M1];
 
     /// The field description.
     pub const fn spec(self) -> Spec {
-        const fn s(
-            e: u32,
-            m: u32,
-            bias: i32,
-            signed: bool,
-            subnormals: bool,
-            specials: Specials,
-        ) -> Spec {
-            Spec {
-                exponent_bits: e,
-                mantissa_bits: m,
-                bias,
-                signed,
-                subnormals,
-                specials,
-            }
+        const fn s(e: u32, m: u32, bias: i32, signed: bool, subnormals: bool, specials: Specials) -> Spec {
+            Spec { exponent_bits: e, mantissa_bits: m, bias, signed, subnormals, specials }
         }
         match self {
             Format::Bf16 => s(8, 7, 127, true, true, Specials::Ieee),
@@ -165,11 +144,7 @@ const fn derived(max: bool) -> [f64; 6] {
     let mut i = 0;
     while i < 6 {
         let s = Format::ALL[i].spec();
-        out[i] = if max {
-            s.max_finite()
-        } else {
-            s.min_positive()
-        };
+        out[i] = if max { s.max_finite() } else { s.min_positive() };
         i += 1;
     }
     out
@@ -187,11 +162,7 @@ pub struct UnknownFormat(pub String);
 
 impl fmt::Display for UnknownFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "unknown format {:?} (expected one of bf16, f16, e4m3, e5m2, e8m0, e2m1)",
-            self.0
-        )
+        write!(f, "unknown format {:?} (expected one of bf16, f16, e4m3, e5m2, e8m0, e2m1)", self.0)
     }
 }
 
@@ -201,9 +172,6 @@ impl FromStr for Format {
     type Err = UnknownFormat;
 
     fn from_str(s: &str) -> Result<Format, UnknownFormat> {
-        Format::ALL
-            .into_iter()
-            .find(|f| f.name() == s)
-            .ok_or_else(|| UnknownFormat(s.to_string()))
+        Format::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| UnknownFormat(s.to_string()))
     }
 }

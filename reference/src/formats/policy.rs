@@ -65,17 +65,12 @@ impl Outcome {
 /// The outcome for an overflow (or an infinite input) of sign `neg`.
 #[inline(always)]
 fn overflowed(spec: &Spec, neg: bool, overflow: Overflow) -> Outcome {
-    let max = Outcome::Finite {
-        neg,
-        code: spec.max_code(),
-    };
+    let max = Outcome::Finite { neg, code: spec.max_code() };
     match overflow {
         Overflow::Saturate => max,
         Overflow::NonSaturating => match spec.specials {
             Specials::Ieee => Outcome::Inf { neg },
-            Specials::AllOnesNan => Outcome::Nan {
-                neg: neg && spec.signed,
-            },
+            Specials::AllOnesNan => Outcome::Nan { neg: neg && spec.signed },
             Specials::None => max,
         },
     }
@@ -95,18 +90,13 @@ fn cast_in(fmt: Format, x: f64, rounding: Rounding, overflow: Overflow) -> Outco
     if x.is_nan() {
         return match spec.specials {
             Specials::None => Outcome::Finite { neg: !neg, code: 0 },
-            _ => Outcome::Nan {
-                neg: neg && spec.signed,
-            },
+            _ => Outcome::Nan { neg: neg && spec.signed },
         };
     }
     if !spec.signed && (neg || x == 0.0) {
         // Zero, negative values and -inf have no unsigned representation.
         return match overflow {
-            Overflow::Saturate => Outcome::Finite {
-                neg: false,
-                code: 0,
-            },
+            Overflow::Saturate => Outcome::Finite { neg: false, code: 0 },
             Overflow::NonSaturating => Outcome::Nan { neg: false },
         };
     }
@@ -125,8 +115,5 @@ fn cast_in(fmt: Format, x: f64, rounding: Rounding, overflow: Overflow) -> Outco
             _ => overflowed(&spec, neg, overflow),
         };
     }
-    Outcome::Finite {
-        neg,
-        code: code as u16,
-    }
+    Outcome::Finite { neg, code: code as u16 }
 }

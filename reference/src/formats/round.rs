@@ -44,12 +44,8 @@ impl Rounding {
         match (self, negative) {
             (Rounding::NearestEven, _) => MagnitudeRounding::Nearest,
             (Rounding::TowardZero, _) => MagnitudeRounding::Down,
-            (Rounding::TowardPositive, false) | (Rounding::TowardNegative, true) => {
-                MagnitudeRounding::Up
-            }
-            (Rounding::TowardPositive, true) | (Rounding::TowardNegative, false) => {
-                MagnitudeRounding::Down
-            }
+            (Rounding::TowardPositive, false) | (Rounding::TowardNegative, true) => MagnitudeRounding::Up,
+            (Rounding::TowardPositive, true) | (Rounding::TowardNegative, false) => MagnitudeRounding::Down,
         }
     }
 }
@@ -66,19 +62,12 @@ impl Rounding {
 /// `cvt.rz` reads the exponent field).
 #[inline(always)]
 pub fn round_to_code(spec: &Spec, a: f64, mode: MagnitudeRounding) -> u32 {
-    debug_assert!(
-        a > 0.0 && a.is_finite(),
-        "round_to_code needs a positive finite value, got {a}"
-    );
+    debug_assert!(a > 0.0 && a.is_finite(), "round_to_code needs a positive finite value, got {a}");
     let bits = a.to_bits();
     let field = (bits >> 52) as i32;
     let frac = bits & ((1u64 << 52) - 1);
     // a = sig · 2^e2 with an integer sig < 2^53.
-    let (sig, e2) = if field == 0 {
-        (frac, -1074)
-    } else {
-        (frac | (1u64 << 52), field - 1075)
-    };
+    let (sig, e2) = if field == 0 { (frac, -1074) } else { (frac | (1u64 << 52), field - 1075) };
     // e = floor(log2 a).
     let e = (63 - sig.leading_zeros() as i32) + e2;
     let m = spec.mantissa_bits as i32;

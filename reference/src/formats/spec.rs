@@ -134,10 +134,7 @@ impl Spec {
     /// Whether a magnitude code is NaN.
     pub const fn is_nan_code(&self, c: u16) -> bool {
         match self.specials {
-            Specials::Ieee => {
-                c >> self.mantissa_bits == self.max_exponent_field()
-                    && c & self.mantissa_mask() != 0
-            }
+            Specials::Ieee => c >> self.mantissa_bits == self.max_exponent_field() && c & self.mantissa_mask() != 0,
             Specials::AllOnesNan => c == self.magnitude_mask(),
             Specials::None => false,
         }
@@ -145,8 +142,7 @@ impl Spec {
 
     /// Whether a magnitude code is infinity.
     pub const fn is_inf_code(&self, c: u16) -> bool {
-        matches!(self.specials, Specials::Ieee)
-            && c == self.max_exponent_field() << self.mantissa_bits
+        matches!(self.specials, Specials::Ieee) && c == self.max_exponent_field() << self.mantissa_bits
     }
 
     /// The value of a finite magnitude code.

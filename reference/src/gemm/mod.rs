@@ -43,12 +43,7 @@ pub type Extra<'a> = &'a (dyn Fn(usize, usize, &mut Vec<(f64, f64)>) + Sync);
 
 /// `C[m, n] = round(Σ_k A[m, k]·B[n, k] + Σ extra(m, n))`: a GEMM and further exact terms in one rounding
 /// (how `grad.x` adds the un-dispatch sum to the router's contribution).
-pub fn matmul_nt_plus(
-    engine: Engine,
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    extra: Option<Extra>,
-) -> Array2<f64> {
+pub fn matmul_nt_plus(engine: Engine, a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Extra>) -> Array2<f64> {
     let mut c = Array2::zeros((a.nrows(), b.nrows()));
     matmul_nt_into(engine, a, b, extra, c.view_mut());
     c
@@ -57,13 +52,7 @@ pub fn matmul_nt_plus(
 /// [`matmul_nt_plus`] writing into `out` ([M, N], rows contiguous), so callers can place per-expert
 /// results straight into the layer's arrays. Operands in any layout; non-contiguous ones are copied into
 /// reused scratch memory.
-pub fn matmul_nt_into(
-    engine: Engine,
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    extra: Option<Extra>,
-    out: ArrayViewMut2<f64>,
-) {
+pub fn matmul_nt_into(engine: Engine, a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Extra>, out: ArrayViewMut2<f64>) {
     assert_eq!(a.ncols(), b.ncols(), "contraction lengths differ");
     assert_eq!(out.dim(), (a.nrows(), b.nrows()), "output shape");
     let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());

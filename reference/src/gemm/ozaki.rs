@@ -36,6 +36,7 @@ const COST_COMBINE_TERM: f64 = 12.0;
 /// An entry of one to three terms is combined with a few flops (`sum3_rounded`).
 const COST_COMBINE_FAST: f64 = 4.0;
 
+
 /// Bits available to a slice pair: `s_a + s_b <= 53 - ceil(log2 K)`.
 fn pair_budget(k: usize) -> u32 {
     let log = usize::BITS - (k.max(1) - 1).leading_zeros(); // ceil(log2 k)
@@ -73,12 +74,7 @@ fn choose(a: &RowStats, b: &RowStats, m: usize, n: usize, k: usize) -> Option<Oz
                 if n_a * n_b > 3 && (wide_bits > 188 || max_shift >= 128) {
                     continue; // the 192-bit combine could overflow
                 }
-                let combine = (m * n) as f64
-                    * if n_a * n_b <= 3 {
-                        COST_COMBINE_FAST
-                    } else {
-                        COST_COMBINE_TERM * (n_a * n_b) as f64
-                    };
+                let combine = (m * n) as f64 * if n_a * n_b <= 3 { COST_COMBINE_FAST } else { COST_COMBINE_TERM * (n_a * n_b) as f64 };
                 let cost = gemm + slow + tails + combine;
                 let plan = OzakiPlan { s_a, n_a, s_b, n_b };
                 if best.is_none_or(|(c, _)| cost < c) {
@@ -107,13 +103,7 @@ fn choose(a: &RowStats, b: &RowStats, m: usize, n: usize, k: usize) -> Option<Oz
 pub fn plan_for(a: ArrayView2<f64>, b: ArrayView2<f64>) -> Option<OzakiPlan> {
     let a = a.as_standard_layout();
     let b = b.as_standard_layout();
-    choose(
-        &RowStats::of(a.view()),
-        &RowStats::of(b.view()),
-        a.nrows(),
-        b.nrows(),
-        a.ncols(),
-    )
+    choose(&RowStats::of(a.view()), &RowStats::of(b.view()), a.nrows(), b.nrows(), a.ncols())
 }
 
 /// Output tile geometry: rows of A by rows of B per tile. All `n_a·n_b` slice-pair products of a tile are
@@ -182,12 +172,7 @@ struct TileScratch {
     wide: Vec<Wide>,
 }
 
-pub(super) fn matmul_nt(
-    a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
-    extra: Option<Extra>,
-    mut c: ArrayViewMut2<f64>,
-) {
+pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Extra>, mut c: ArrayViewMut2<f64>) {
     let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
     if a.iter().chain(b.iter()).any(|v| !v.is_finite()) {
         return super::slow::matmul_nt(a, b, extra, c);
@@ -222,37 +207,22 @@ pub(super) fn matmul_nt(
     // smallest unit, `ua_low(r) + ub_low(c)`.
     let shifts: Vec<u32> = (0..plan.n_a)
         .flat_map(|i| {
-            (0..plan.n_b).map(move |j| {
-                (plan.n_a - 1 - i) as u32 * plan.s_a + (plan.n_b - 1 - j) as u32 * plan.s_b
-            })
+            (0..plan.n_b).map(move |j| (plan.n_a - 1 - i) as u32 * plan.s_a + (plan.n_b - 1 - j) as u32 * plan.s_b)
         })
         .collect();
-    let ub_low: Vec<i32> = xb
-        .unit0
-        .iter()
-        .map(|&u| u - (plan.n_b as i32 - 1) * plan.s_b as i32)
-        .collect();
+    let ub_low: Vec<i32> = xb.unit0.iter().map(|&u| u - (plan.n_b as i32 - 1) * plan.s_b as i32).collect();
     let inv_ub: Vec<f64> = ub_low.iter().map(|&u| pow2(-u)).collect();
 
     let pairs = plan.n_a * plan.n_b;
     let (mb, nb) = tile_shape(m, n, pairs);
     let (row_blocks, col_blocks) = (m.div_ceil(mb), n.div_ceil(nb));
-    assert!(
-        c.ncols() <= 1 || c.strides()[1] == 1,
-        "output rows must be contiguous"
-    );
+    assert!(c.ncols() <= 1 || c.strides()[1] == 1, "output rows must be contiguous");
     let ldc = c.strides()[0];
     let out_base = OutPtr(c.as_mut_ptr());
 
     let gemm_ns = std::sync::atomic::AtomicU64::new(0); // with the probe: CPU time in the slice GEMMs
     (0..row_blocks * col_blocks).into_par_iter().for_each_init(
-        || TileScratch {
-            products: Vec::new(),
-            small: SmallSum::new(),
-            exact: ExactSum::new(),
-            pairs: Vec::new(),
-            wide: Vec::new(),
-        },
+        || TileScratch { products: Vec::new(), small: SmallSum::new(), exact: ExactSum::new(), pairs: Vec::new(), wide: Vec::new() },
         |s, tile| {
             let (r0, c0) = ((tile / col_blocks) * mb, (tile % col_blocks) * nb);
             let (r1, c1) = ((r0 + mb).min(m), (c0 + nb).min(n));
@@ -273,10 +243,7 @@ pub(super) fn matmul_nt(
                 }
             }
             if let Some(tg) = tg {
-                gemm_ns.fetch_add(
-                    tg.elapsed().as_nanos() as u64,
-                    std::sync::atomic::Ordering::Relaxed,
-                );
+                gemm_ns.fetch_add(tg.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
             }
             let (inv_ub, ub_low) = (&inv_ub[c0..c1], &ub_low[c0..c1]);
             let tail_cols = {
@@ -287,34 +254,17 @@ pub(super) fn matmul_nt(
             for r in r0..r1 {
                 // SAFETY: row r, columns c0..c1 of the output belong to this tile only, and lie inside `c`
                 // (rows `ldc` apart, columns contiguous).
-                let out = unsafe {
-                    std::slice::from_raw_parts_mut(
-                        out_base.get().offset(r as isize * ldc).add(c0),
-                        tn,
-                    )
-                };
-                let rows: Vec<&[f64]> = (0..pairs)
-                    .map(|p| &s.products[(p * tm + (r - r0)) * tn..(p * tm + (r - r0) + 1) * tn])
-                    .collect();
-                combine_row(
-                    &rows,
-                    out,
-                    &xa,
-                    &plan,
-                    r,
-                    &shifts,
-                    inv_ub,
-                    ub_low,
-                    &mut s.wide,
-                );
+                let out = unsafe { std::slice::from_raw_parts_mut(out_base.get().offset(r as isize * ldc).add(c0), tn) };
+                let rows: Vec<&[f64]> =
+                    (0..pairs).map(|p| &s.products[(p * tm + (r - r0)) * tn..(p * tm + (r - r0) + 1) * tn]).collect();
+                combine_row(&rows, out, &xa, &plan, r, &shifts, inv_ub, ub_low, &mut s.wide);
                 // Entries touched by tails or extra terms are redone with an exact accumulator.
                 let a_tails = &xa.tails[r];
-                let slow_cols: Box<dyn Iterator<Item = usize>> =
-                    if !a_tails.is_empty() || extra.is_some() {
-                        Box::new(c0..c1)
-                    } else {
-                        Box::new(tail_cols.iter().copied())
-                    };
+                let slow_cols: Box<dyn Iterator<Item = usize>> = if !a_tails.is_empty() || extra.is_some() {
+                    Box::new(c0..c1)
+                } else {
+                    Box::new(tail_cols.iter().copied())
+                };
                 for col in slow_cols {
                     let b_tails = &xb.tails[col];
                     s.pairs.clear();
@@ -322,14 +272,10 @@ pub(super) fn matmul_nt(
                         f(r, col, &mut s.pairs);
                     }
                     let safe = s.pairs.iter().all(|&(x, y)| product_is_safe(x, y))
-                        && a_tails
-                            .iter()
-                            .all(|&(kk, tv)| product_is_safe(tv, b[[col, kk]]))
+                        && a_tails.iter().all(|&(kk, tv)| product_is_safe(tv, b[[col, kk]]))
                         && (b_tails.is_empty()
                             || b_tails.iter().all(|&(kk, tv)| {
-                                a_captured
-                                    .as_ref()
-                                    .is_some_and(|cap| product_is_safe(cap[r * k + kk], tv))
+                                a_captured.as_ref().is_some_and(|cap| product_is_safe(cap[r * k + kk], tv))
                             }));
                     let terms = &s.pairs;
                     let feed = |acc: &mut dyn Accumulate| {
@@ -395,14 +341,8 @@ fn combine_row(
     wide: &mut Vec<Wide>,
 ) {
     match rows {
-        [r0] => out
-            .iter_mut()
-            .zip(r0.iter())
-            .for_each(|(o, &v)| *o = v + 0.0),
-        [r0, r1] => out
-            .iter_mut()
-            .zip(r0.iter().zip(r1.iter()))
-            .for_each(|(o, (&a, &b))| *o = (a + b) + 0.0),
+        [r0] => out.iter_mut().zip(r0.iter()).for_each(|(o, &v)| *o = v + 0.0),
+        [r0, r1] => out.iter_mut().zip(r0.iter().zip(r1.iter())).for_each(|(o, (&a, &b))| *o = (a + b) + 0.0),
         [r0, r1, r2] => {
             for (o, ((&a, &b), &c)) in out.iter_mut().zip(r0.iter().zip(r1.iter()).zip(r2.iter())) {
                 *o = sum3_rounded(a, b, c) + 0.0;
@@ -479,17 +419,10 @@ impl Wide {
             (lo as u64) as f64 * pow2(e)
         } else {
             // shift right until the magnitude fits 64 bits
-            let lead = if hi != 0 {
-                128 + 63 - hi.leading_zeros()
-            } else {
-                127 - lo.leading_zeros()
-            };
+            let lead = if hi != 0 { 128 + 63 - hi.leading_zeros() } else { 127 - lo.leading_zeros() };
             let sh = lead - 63;
             let (top, sticky) = if sh >= 128 {
-                (
-                    (hi >> (sh - 128)) as u64,
-                    lo != 0 || (hi & ((1u64 << (sh - 128)) - 1)) != 0,
-                )
+                ((hi >> (sh - 128)) as u64, lo != 0 || (hi & ((1u64 << (sh - 128)) - 1)) != 0)
             } else {
                 let t = (lo >> sh) | ((hi as u128) << (128 - sh));
                 (t as u64, (lo & ((1u128 << sh) - 1)) != 0)
@@ -521,15 +454,7 @@ fn add_round_odd(x: f64, y: f64) -> f64 {
     let bits = s.to_bits();
     let bump = e != 0.0 && bits & 1 == 0;
     let outward = (e > 0.0) == (s > 0.0); // same sign: the exact sum is larger in magnitude
-    let delta: u64 = if bump {
-        if outward {
-            1
-        } else {
-            u64::MAX
-        }
-    } else {
-        0
-    };
+    let delta: u64 = if bump { if outward { 1 } else { u64::MAX } } else { 0 };
     f64::from_bits(bits.wrapping_add(delta))
 }
 
@@ -587,11 +512,7 @@ mod tests {
             acc.add(c);
             let want = acc.round();
             for (x, y, z) in [(a, b, c), (b, c, a), (c, a, b), (a, c, b)] {
-                assert_eq!(
-                    sum3_rounded(x, y, z).to_bits(),
-                    want.to_bits(),
-                    "{x:e} {y:e} {z:e}"
-                );
+                assert_eq!(sum3_rounded(x, y, z).to_bits(), want.to_bits(), "{x:e} {y:e} {z:e}");
             }
         }
     }

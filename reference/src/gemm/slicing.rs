@@ -52,17 +52,12 @@ pub(super) fn row_emax(x: ArrayView2<f64>) -> Vec<Option<i32>> {
         .into_iter()
         .map(|row| {
             let row = row.as_slice().expect("standard layout");
-            let f = row
-                .iter()
-                .fold(0u64, |m, v| m.max(v.to_bits() & 0x7ff0_0000_0000_0000));
+            let f = row.iter().fold(0u64, |m, v| m.max(v.to_bits() & 0x7ff0_0000_0000_0000));
             if f != 0 {
                 Some((f >> 52) as i32 - 1023)
             } else {
                 // zero row, or subnormals only
-                row.iter()
-                    .filter(|v| **v != 0.0)
-                    .map(|v| lead_exp(*v))
-                    .max()
+                row.iter().filter(|v| **v != 0.0).map(|v| lead_exp(*v)).max()
             }
         })
         .collect()
@@ -99,11 +94,7 @@ impl RowStats {
             }
             row_need[widest] += scale;
         }
-        RowStats {
-            emax,
-            elem_need,
-            row_need,
-        }
+        RowStats { emax, elem_need, row_need }
     }
 
     /// Number of elements (resp. rows) that `bits` bits below the row maximum do not capture.
@@ -160,24 +151,13 @@ impl<'a> Sliced<'a> {
     pub fn split(x: ArrayView2<'a, f64>, emax: &[Option<i32>], s: u32, n: usize) -> Sliced<'a> {
         let (rows, k) = (x.nrows(), x.ncols());
         let data = x.to_slice().expect("standard layout");
-        let unit0: Vec<i32> = emax
-            .iter()
-            .map(|e| e.map_or(0, |e| e + 1 - s as i32))
-            .collect();
+        let unit0: Vec<i32> = emax.iter().map(|e| e.map_or(0, |e| e + 1 - s as i32)).collect();
         let fits: Vec<bool> = (0..rows)
-            .map(|r| {
-                emax[r].is_none_or(|e| {
-                    row_need_bound(&data[r * k..(r + 1) * k], e) <= (n as i32) * s as i32
-                })
-            })
+            .map(|r| emax[r].is_none_or(|e| row_need_bound(&data[r * k..(r + 1) * k], e) <= (n as i32) * s as i32))
             .collect();
         let tails = vec![Vec::new(); rows];
         if n == 1 && fits.iter().all(|&f| f) {
-            return Sliced {
-                vals: std::borrow::Cow::Borrowed(data),
-                unit0,
-                tails,
-            };
+            return Sliced { vals: std::borrow::Cow::Borrowed(data), unit0, tails };
         }
         let mut tails = tails;
         let mut vals = super::scratch::take_zeroed(n * rows * k);
@@ -212,11 +192,7 @@ impl<'a> Sliced<'a> {
                 }
             }
         }
-        Sliced {
-            vals: std::borrow::Cow::Owned(vals),
-            unit0,
-            tails,
-        }
+        Sliced { vals: std::borrow::Cow::Owned(vals), unit0, tails }
     }
 
     /// Give an owned slice buffer back to the scratch pool.

@@ -42,14 +42,8 @@ impl QuantSpec {
         let max = self.format.max_finite();
         let q_err = if y_hi > max {
             // Overflow possible: the cast saturates (or E2M1, which always does) or gives NaN/inf.
-            if self.overflow == Overflow::Saturate
-                || !self.format.has_nan() && !self.format.has_inf()
-            {
-                (y_hi - max).max(half_spacing(
-                    y_hi.min(max),
-                    spec.mantissa_bits,
-                    spec.min_exponent(),
-                ))
+            if self.overflow == Overflow::Saturate || !self.format.has_nan() && !self.format.has_inf() {
+                (y_hi - max).max(half_spacing(y_hi.min(max), spec.mantissa_bits, spec.min_exponent()))
             } else {
                 return f64::INFINITY;
             }
@@ -66,10 +60,6 @@ impl QuantSpec {
 /// magnitudes up to `a` (the spacing grows with the magnitude, so the value at `a` bounds every `|y| <= a`).
 fn half_spacing(a: f64, m: u32, emin: i32) -> f64 {
     // The binade of `a`, read from its bits (exact; `a` is a positive normal f64 or zero).
-    let e = if a > 0.0 {
-        ((a.to_bits() >> 52) & 0x7FF) as i32 - 1023
-    } else {
-        emin
-    };
+    let e = if a > 0.0 { ((a.to_bits() >> 52) & 0x7FF) as i32 - 1023 } else { emin };
     2f64.powi(e.max(emin) - m as i32 - 1)
 }

@@ -28,9 +28,7 @@ pub use rule::{MxRounding, ScaleRule};
 /// A bad block shape or quantisation description.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QuantError {
-    #[error(
-        "bad block shape {0:?} (expected RxC with positive integers, e.g. 1x128, 128x128, 32x1)"
-    )]
+    #[error("bad block shape {0:?} (expected RxC with positive integers, e.g. 1x128, 128x128, 32x1)")]
     BadBlock(String),
 }
 
@@ -86,9 +84,7 @@ pub fn quantize(x: ArrayView2<f64>, spec: &QuantSpec) -> QuantTensor {
                 for bj in 0..gc {
                     let c0 = bj * bc;
                     let c1 = (c0 + bc).min(cols);
-                    let bs = spec
-                        .rule
-                        .block_scale(amax_f32(x.slice(ndarray::s![r0..r1, c0..c1])), spec.format);
+                    let bs = spec.rule.block_scale(amax_f32(x.slice(ndarray::s![r0..r1, c0..c1])), spec.format);
                     for r in r0..r1 {
                         let xr = x.row(r);
                         let qr = &mut qs[(r - r0) * cols..(r - r0 + 1) * cols];
@@ -97,11 +93,7 @@ pub fn quantize(x: ArrayView2<f64>, spec: &QuantSpec) -> QuantTensor {
                             None => {
                                 for c in c0..c1 {
                                     // One f32 multiply, then the element cast.
-                                    qr[c] = cast_element(
-                                        spec.format,
-                                        fl32(xr[c]) * bs.mul,
-                                        spec.overflow,
-                                    );
+                                    qr[c] = cast_element(spec.format, fl32(xr[c]) * bs.mul, spec.overflow);
                                 }
                             }
                         }
@@ -201,11 +193,7 @@ fn cast_saturating(y: f32, m: u32, emin: i32, max: f32) -> f64 {
     let b = a.to_bits();
     let bias = ((b >> shift) & 1) + (1 << (shift - 1)) - 1;
     let normal = f32::from_bits(b.wrapping_add(bias) & !((1u32 << shift) - 1));
-    let r = if a < f32::from_bits(((emin + 127) as u32) << 23) {
-        sub
-    } else {
-        normal
-    };
+    let r = if a < f32::from_bits(((emin + 127) as u32) << 23) { sub } else { normal };
     let r = if r > max { max } else { r };
     f64::from(if y.is_sign_negative() { -r } else { r })
 }
@@ -267,30 +255,18 @@ mod tests {
     fn branch_free_cast_is_the_element_cast() {
         let mut g = crate::test_rng::XorShift(0x853c49e6748fea9b);
         let mut next = || g.next_u64();
-        for (fmt, m, emin, max) in [
-            (Format::E4M3, 3u32, -6i32, 448.0f32),
-            (Format::E5M2, 2, -14, 57344.0),
-            (Format::E2M1, 1, 0, 6.0),
-        ] {
+        for (fmt, m, emin, max) in [(Format::E4M3, 3u32, -6i32, 448.0f32), (Format::E5M2, 2, -14, 57344.0), (Format::E2M1, 1, 0, 6.0)] {
             let check = |y: f32| {
                 if !y.is_finite() {
                     return;
                 }
-                let (fast, general) = (
-                    cast_saturating(y, m, emin, max),
-                    cast_element(fmt, y, Overflow::Saturate),
-                );
-                assert_eq!(
-                    fast.to_bits(),
-                    general.to_bits(),
-                    "{fmt:?} {y:e} ({:#x})",
-                    y.to_bits()
-                );
+                let (fast, general) = (cast_saturating(y, m, emin, max), cast_element(fmt, y, Overflow::Saturate));
+                assert_eq!(fast.to_bits(), general.to_bits(), "{fmt:?} {y:e} ({:#x})", y.to_bits());
             };
             for _ in 0..300_000 {
                 let r = next();
                 check(f32::from_bits(r as u32)); // any bit pattern
-                                                 // Magnitudes around the format's range: a random significand at an exponent from emin - 12 to emax + 3.
+                // Magnitudes around the format's range: a random significand at an exponent from emin - 12 to emax + 3.
                 let e = (r >> 32) as i32 % (max.log2() as i32 - emin + 16) + emin - 12;
                 let sig = 1.0 + ((r >> 40) as u32 & 0xFFFFFF) as f32 / (1u32 << 24) as f32;
                 let y = sig * 2f32.powi(e);
@@ -301,26 +277,13 @@ mod tests {
             for e in emin - 3..=max.log2() as i32 + 2 {
                 for k in 0..(2u32 << m) {
                     let v = (1.0 + k as f32 / (2u32 << m) as f32) * 2f32.powi(e);
-                    for y in [
-                        v,
-                        f32::from_bits(v.to_bits() + 1),
-                        f32::from_bits(v.to_bits() - 1),
-                    ] {
+                    for y in [v, f32::from_bits(v.to_bits() + 1), f32::from_bits(v.to_bits() - 1)] {
                         check(y);
                         check(-y);
                     }
                 }
             }
-            for y in [
-                0.0f32,
-                -0.0,
-                max,
-                max * 1.0625,
-                max * 1.0624,
-                f32::MAX,
-                f32::MIN_POSITIVE,
-                1e-45,
-            ] {
+            for y in [0.0f32, -0.0, max, max * 1.0625, max * 1.0624, f32::MAX, f32::MIN_POSITIVE, 1e-45] {
                 check(y);
                 check(-y);
             }

@@ -71,21 +71,13 @@ impl ScaleRule {
         match *self {
             ScaleRule::DeepGemm { pow2 } => {
                 // DeepGEMM: `x_amax = x.abs().float().amax(...).clamp(1e-4)`; torch's clamp keeps NaN.
-                let amax = if amax.is_nan() {
-                    amax
-                } else {
-                    amax.max(1e-4_f32)
-                };
+                let amax = if amax.is_nan() { amax } else { amax.max(1e-4_f32) };
                 let mut sf = amax / max_elem;
                 if pow2 {
                     sf = ceil_pow2_clamped(sf);
                 }
                 // `x * (1.0 / sf)`: the reciprocal is rounded to f32 first, then one f32 multiply.
-                BlockScale {
-                    mul: 1.0 / sf,
-                    scale: sf,
-                    bits: None,
-                }
+                BlockScale { mul: 1.0 / sf, scale: sf, bits: None }
             }
             ScaleRule::TransformerEngine { pow2 } => {
                 // TransformerEngine `compute_scale_from_amax` with epsilon 0 and `value_for_inf` = f32 max.
@@ -105,11 +97,7 @@ impl ScaleRule {
                     // Keep sign and exponent bits: rounds the multiplier down to a power of two.
                     s = f32::from_bits(s.to_bits() & 0xFF80_0000);
                 }
-                BlockScale {
-                    mul: s,
-                    scale: 1.0 / s,
-                    bits: None,
-                }
+                BlockScale { mul: s, scale: 1.0 / s, bits: None }
             }
             ScaleRule::Mx(r) => {
                 let b = mx_scale_bits(amax, elem, r);
@@ -119,11 +107,7 @@ impl ScaleRule {
                     // torchao `_e8m0_scale_to_reciprocal_fp32`: `2^(127 - b)` (b = 254 gives the subnormal 2^-127).
                     (pow2_f32(127 - b as i32), pow2_f32(b as i32 - 127))
                 };
-                BlockScale {
-                    mul,
-                    scale,
-                    bits: Some(b),
-                }
+                BlockScale { mul, scale, bits: Some(b) }
             }
         }
     }
@@ -170,11 +154,7 @@ pub(crate) fn mx_scale_bits(amax: f32, elem: Format, r: MxRounding) -> u8 {
             let field = exponent_field(d);
             let mant = d.to_bits() & F32_MANT_MASK;
             // E8M0 code 0 is 2^-127, the f32 subnormal 0x00400000: a subnormal above it rounds up to 1.
-            let up = if field == 0 {
-                mant > 0x0040_0000
-            } else {
-                mant != 0
-            };
+            let up = if field == 0 { mant > 0x0040_0000 } else { mant != 0 };
             (field + up as i32).min(255) as u8
         }
         MxRounding::Floor | MxRounding::Ceil | MxRounding::Even => {
