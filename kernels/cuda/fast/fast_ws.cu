@@ -27,6 +27,22 @@
 #define WS_PRODUCER_REGS 72
 #define WS_CONSUMER_REGS 216
 
+// Experiment WS_EXP_CLOCKS: where the consumer warpgroups of blocks 0 and 77 spend their cycles, written here by
+// each persistent GEMM and printed by ws_clk_dump (launched by the host after each GEMM when the switch is set):
+// a kernel's own printf would serialise its wgmma.
+__device__ long long ws_clk[4][10];
+extern "C" __global__ void ws_clk_dump() {
+#ifdef WS_EXP_CLOCKS
+    for (int i = 0; i < 4; ++i) {
+        long long* r = ws_clk[i];
+        if (r[9])
+            printf("wsclk epi_kind %lld blk %d wg %d tiles %lld total %lld main %lld full %lld full0 %lld epi %lld sync %lld issue %lld\n", r[0], i < 2 ? 0 : 77,
+                   i & 1, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]);
+        r[9] = 0;
+    }
+#endif
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -182,6 +198,9 @@ struct WsOut {
     unsigned n;   // boxes sent so far
     int wg;
     bool leader;
+#ifdef WS_EXP_CLOCKS
+    long long c_issue = 0, c_sync = 0;  // cycles in the store issue / at the box's named barrier (leader)
+#endif
     template <class Fill, class Store>
     __device__ __forceinline__ void box(Fill fill, Store store) {
         const unsigned slot = st + (n % WS_OUT_SLOTS) * 8192;
@@ -190,12 +209,22 @@ struct WsOut {
 #ifndef WS_EXP_NO_READ_WAIT  // experiment: time the epilogue without its waits (races: results wrong)
         if (leader) bulk_wait_read<WS_OUT_SLOTS - 2>();
 #endif
+#ifdef WS_EXP_CLOCKS
+        const long long c0 = clock64();
+#endif
         consumer_sync(wg);
+#ifdef WS_EXP_CLOCKS
+        const long long c1 = clock64();
+        c_sync += c1 - c0;
+#endif
         if (leader) {
 #ifndef WS_EXP_NO_TMA_ISSUE  // experiment: everything but the global writes (results wrong)
             store(slot);
 #endif
             bulk_commit();
+#ifdef WS_EXP_CLOCKS
+            c_issue += clock64() - c1;
+#endif
         }
         ++n;
     }
@@ -400,6 +429,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
 
     if (role == 0) {  // producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WS_PRODUCER_REGS));
+#ifdef WS_STAGGER_NS  // experiment: start the blocks at 4 different times, so that their epilogues do not coincide
+        for (int i = 0; i < (int)(blockIdx.x & 3); ++i) __nanosleep(WS_STAGGER_NS);
+#endif
         unsigned it = 0;
         WsGatherA gather;
         WsWgrad wgrad;
@@ -474,15 +506,30 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         const int r_in = wg * 64 + wq * 16 + (lane >> 2), c_in = (lane & 3) * 2;
         unsigned it = 0;
         const auto tile = [&](int t) { return (KIND == 2) ? ws_wgrad_tile(p, t) : ws_rows_tile<EPI>(p, t); };
+#ifdef WS_EXP_CLOCKS  // experiment: where a consumer warpgroup's cycles go (printed by blocks 0 and 77)
+        const long long c_start = clock64();
+        long long c_main = 0, c_full = 0, c_full0 = 0, c_epi = 0;
+        int n_tiles_done = 0;
+#endif
         WsTile next = tile(blockIdx.x < count ? blockIdx.x : 0);
         for (int t = blockIdx.x; t < count; t += gridDim.x) {
             const WsTile w = next;
             float d[128];
 #pragma unroll
             for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+#ifdef WS_EXP_CLOCKS
+            const long long c_tile = clock64();
+#endif
             for (int kt = 0; kt < w.nk; ++kt, ++it) {
                 const unsigned s = it % WS_STAGES, phase = (it / WS_STAGES) & 1;
+#ifdef WS_EXP_CLOCKS
+                const long long cw = clock64();
                 mbar_wait(full0 + 8 * s, phase);
+                c_full += clock64() - cw;
+                if (kt == 0) c_full0 += clock64() - cw;
+#else
+                mbar_wait(full0 + 8 * s, phase);
+#endif
                 // cp.async wrote (part of) the stage through the generic proxy; wgmma reads it through the async proxy
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
                 const unsigned sA = sbase + s * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
@@ -508,6 +555,11 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
 #ifdef WS_EXP_NO_STORE  // experiment: time the main loops alone (no output written)
             if (d[0] != 12345.0f) continue;  // (kept data-dependent so the wgmma results stay live)
 #endif
+#ifdef WS_EXP_CLOCKS
+            const long long c_epi0 = clock64();
+            c_main += c_epi0 - c_tile;
+            ++n_tiles_done;
+#endif
             constexpr bool TMA_OUT = EPI == EPI_STORE || EPI == EPI_STORE_F32;
             const int row0 = w.m0 + 64 * wg;  // this warpgroup's first row
             if (TMA_OUT && KIND == 2) {
@@ -523,8 +575,18 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             } else {
                 wg_epilogue_rows<EPI>(p, d, w.m0, w.m_end, w.n0, r_in, c_in, lane, w.n_tile, w.n_tiles);
             }
+#ifdef WS_EXP_CLOCKS
+            c_epi += clock64() - c_epi0;
+#endif
         }
         if (leader) bulk_wait_all();  // the last stores have landed before the block ends
+#ifdef WS_EXP_CLOCKS
+        if (leader && (blockIdx.x == 0 || blockIdx.x == 77)) {
+            long long* r = ws_clk[2 * (blockIdx.x != 0) + wg];
+            const long long v[10] = {EPI * 10 + KIND, n_tiles_done, clock64() - c_start, c_main, c_full, c_full0, c_epi, out.c_sync, out.c_issue, 1};
+            for (int i = 0; i < 10; ++i) r[i] = v[i];
+        }
+#endif
     }
 }
 #define WS_BODY(E, K) ws_gemm<E, K>(p, &ta, &tb, &tc, &td);

@@ -25,6 +25,8 @@ pub struct FastKernels {
     pub wgmma: bool,
     /// Streaming multiprocessors of the GPU (the persistent GEMMs' grid).
     pub sms: usize,
+    /// Experiment `WS_EXP_CLOCKS` compiled in (MOE_FAST_DEFINES): print the persistent GEMMs' cycle counts.
+    pub clocks: bool,
 }
 
 impl FastKernels {
@@ -84,7 +86,8 @@ impl FastKernels {
             }
         }
         let sms = gpu.ctx.attribute(cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
-        Ok(FastKernels { _module: module, functions, stages, arch, wgmma, sms })
+        let clocks = std::env::var("MOE_FAST_DEFINES").is_ok_and(|d| d.split_whitespace().any(|x| x.trim_start_matches("-D") == "WS_EXP_CLOCKS"));
+        Ok(FastKernels { _module: module, functions, stages, arch, wgmma, sms, clocks })
     }
 
     pub(super) fn f(&self, name: &str) -> &CudaFunction {

@@ -568,6 +568,11 @@ impl<'g> FastLayer<'g> {
             return self.launch(label, |me| {
                 // SAFETY: as below; the tensor maps describe live buffers of this layer (tensor_maps).
                 unsafe { me.gpu.stream.launch_builder(me.k.f(ws)).arg(&p).arg(&ta).arg(&tb).arg(&tc).arg(&td).launch(cfg)? };
+                if me.k.clocks {
+                    let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+                    // SAFETY: ws_clk_dump() takes no arguments.
+                    unsafe { me.gpu.stream.launch_builder(me.k.f("ws_clk_dump")).launch(one)? };
+                }
                 Ok(())
             });
         }
@@ -870,15 +875,17 @@ impl<'g> FastLayer<'g> {
         Ok(())
     }
 
-    /// `dst[r] = src[row_token[r]]` for every row (`cols` bf16 each).
+    /// `dst[r] = src[row_token[r]]` for every row (`cols` bf16 each), token by token: each source row is read
+    /// once and written to its slots' rows (`fc_scatter_rows`).
     fn gather_rows(&mut self, label: &'static str, src: u64, dst: u64, cols: usize) -> Result<(), GpuError> {
-        let (rows, c) = (self.rows as i32, cols as i32);
-        let blocks = (self.rows * cols / 8).div_ceil(256).clamp(1, 65535 * 16) as u32;
+        let FastDims { tokens: t, top_k: kk, .. } = self.dims;
+        let (ti, ki, c) = (t as i32, kk as i32, cols as i32);
+        let blocks = (t * cols / 8).div_ceil(256).clamp(1, 65535 * 16) as u32;
         let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         self.launch(label, |me| {
-            // SAFETY: fc_gather_rows(const bf16*, const int*, bf16*, int, int); row_token holds rows indices < T,
-            // src is T x cols and dst rows x cols.
-            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_gather_rows")).arg(&src).arg(&me.row_token).arg(&dst).arg(&rows).arg(&c).launch(cfg)? };
+            // SAFETY: fc_scatter_rows(const bf16*, const int*, bf16*, int, int, int); src is T x cols, slot_row
+            // T x k entries, each -1 or a row < rows, and dst rows x cols.
+            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_scatter_rows")).arg(&src).arg(&me.slot_row).arg(&dst).arg(&ti).arg(&ki).arg(&c).launch(cfg)? };
             Ok(())
         })
     }
