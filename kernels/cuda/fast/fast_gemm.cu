@@ -111,6 +111,25 @@ __device__ __forceinline__ void swiglu_b(float g, float u, float d, float alpha,
     }
 }
 
+// swiglu_f and swiglu_b of one element with their common exponential and denominator evaluated once: a gets
+// swiglu_f's value, dg and du swiglu_b's, bit for bit (the same expressions on the same operands).
+__device__ __forceinline__ void swiglu_fb(float g, float u, float d, float alpha, float limit, float& a, float& dg, float& du) {
+    if (limit < 0.0f) {
+        const float den = 1.0f + expf(-g);
+        a = g / den * u;
+        const float s = 1.0f / den;
+        dg = d * u * (s * (1.0f + g * (1.0f - s)));
+        du = d * (g * s);
+    } else {
+        const float gc = fminf(g, limit), uc = fminf(fmaxf(u, -limit), limit);
+        const float den = 1.0f + expf(-alpha * gc);
+        a = gc / den * (uc + 1.0f);
+        const float s = 1.0f / den;
+        dg = g > limit ? 0.0f : d * (uc + 1.0f) * (s * (1.0f + alpha * gc * (1.0f - s)));
+        du = fabsf(u) > limit ? 0.0f : d * (gc * s);
+    }
+}
+
 // A_T: A stored M-contiguous ([k][m] tile), else K-contiguous ([m][k] tile). B_T: B stored N-contiguous ([k][n]
 // tile), else K-contiguous ([n][k] tile). WGRAD: grid.z = expert, K = the expert's rows.
 template <bool A_T, bool B_T, int EPI, bool WGRAD>

@@ -21,17 +21,38 @@ extern "C" __global__ void fr_count(const int* __restrict__ ids, int slots, int 
 
 // One block. counts [chunks][E] becomes each chunk's first row per expert (in place); offsets [E + 1];
 // tiles [i] = (expert, first row, end row) of 128-row tiles, expert by expert; tile_count.
+// The chunks of each expert are cut into P parts, one thread each (P = threads / E), so that the block's
+// threads all load: first each part's total, then each part's rows from the totals of the parts before it
+// (integer sums: exact in any order). Dynamic shared memory: 2 E + max(threads, E) ints.
+#define FR_SCAN_BATCH 8
 extern "C" __global__ void fr_scan(int* __restrict__ counts, int chunks, int experts, int* __restrict__ offsets,
                                    int* __restrict__ tiles, int* __restrict__ tile_count) {
-    extern __shared__ int s_tot[];  // [2 * E]: totals, then tile starts
-    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    extern __shared__ int s_tot[];  // [2 * E]: totals, then tile starts; then [P][E] part totals
+    int* s_part = s_tot + 2 * experts;
+    const int parts = max(1, min((int)blockDim.x / max(experts, 1), chunks)), per = (chunks + parts - 1) / parts;
+    for (int i = threadIdx.x; i < parts * experts; i += blockDim.x) {
+        const int e = i % experts, part = i / experts, c1 = min(chunks, (part + 1) * per);
         int run = 0;
-        for (int c = 0; c < chunks; ++c) {
-            int k = counts[(long long)c * experts + e];
-            counts[(long long)c * experts + e] = run;
-            run += k;
+#pragma unroll FR_SCAN_BATCH
+        for (int c = part * per; c < c1; ++c) run += counts[(long long)c * experts + e];
+        s_part[part * experts + e] = run;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < parts * experts; i += blockDim.x) {
+        const int e = i % experts, part = i / experts, c1 = min(chunks, (part + 1) * per);
+        int run = 0;
+        for (int q = 0; q < part; ++q) run += s_part[q * experts + e];
+        for (int c = part * per; c < c1; c += FR_SCAN_BATCH) {  // a batch of loads in flight, then its stores
+            int k[FR_SCAN_BATCH];
+#pragma unroll
+            for (int j = 0; j < FR_SCAN_BATCH; ++j) k[j] = c + j < c1 ? counts[(long long)(c + j) * experts + e] : 0;
+#pragma unroll
+            for (int j = 0; j < FR_SCAN_BATCH; ++j) {
+                if (c + j < c1) counts[(long long)(c + j) * experts + e] = run;
+                run += k[j];
+            }
         }
-        s_tot[e] = run;
+        if (part == parts - 1) s_tot[e] = run;
     }
     __syncthreads();
     if (threadIdx.x == 0) {

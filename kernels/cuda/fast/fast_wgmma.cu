@@ -437,11 +437,15 @@ extern "C" __global__ void fc_swiglu_bwd_rows(const float* __restrict__ da_raw, 
             for (int c = 0; c < 2; ++c) {
                 float g = bf16_to_f32((bf16_t)(c ? gw[i] >> 16 : gw[i] & 0xffffu));
                 float u = bf16_to_f32((bf16_t)(c ? uw[i] >> 16 : uw[i] & 0xffffu));
-                float a = bf16_to_f32(f32_to_bf16(swiglu_f(g, u, alpha, clamp_limit)));
-                float d = dv[2 * i + c];
-                rowdot = fmaf(d, a, rowdot);
-                float gg, uu;
+                float d = dv[2 * i + c], af, gg, uu;
+#ifdef FC_SWIGLU_BWD_SEPARATE  // (timing A/B) swiglu_f and swiglu_b as two calls
+                af = swiglu_f(g, u, alpha, clamp_limit);
                 swiglu_b(g, u, w * d, alpha, clamp_limit, gg, uu);
+#else
+                swiglu_fb(g, u, w * d, alpha, clamp_limit, af, gg, uu);  // one exponential for A and its gradient
+#endif
+                float a = bf16_to_f32(f32_to_bf16(af));
+                rowdot = fmaf(d, a, rowdot);
                 dg[i] |= (unsigned)f32_to_bf16(gg) << (16 * c);
                 du[i] |= (unsigned)f32_to_bf16(uu) << (16 * c);
                 ap[i] |= (unsigned)f32_to_bf16(w * a) << (16 * c);

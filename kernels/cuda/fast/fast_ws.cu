@@ -30,7 +30,10 @@
 // Experiment WS_EXP_CLOCKS: where the consumer warpgroups of blocks 0 and 77 spend their cycles, written here by
 // each persistent GEMM and printed by ws_clk_dump (launched by the host after each GEMM when the switch is set):
 // a kernel's own printf would serialise its wgmma.
+// ws_span: every block's first consumer warpgroup's start and end (%globaltimer, ns) and its cycles, to tell a
+// lower SM clock (cycles / ns) from a slower tail of blocks.
 __device__ long long ws_clk[4][10];
+__device__ long long ws_span[1024][3];
 extern "C" __global__ void ws_clk_dump() {
 #ifdef WS_EXP_CLOCKS
     for (int i = 0; i < 4; ++i) {
@@ -40,6 +43,19 @@ extern "C" __global__ void ws_clk_dump() {
                    i & 1, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]);
         r[9] = 0;
     }
+    long long t0 = 0, t1 = 0, e_min = 0, cyc = 0, ns = 0;
+    int n = 0;
+    for (int b = 0; b < 1024; ++b) {
+        if (ws_span[b][1] == 0) continue;
+        if (n == 0 || ws_span[b][0] < t0) t0 = ws_span[b][0];
+        if (n == 0 || ws_span[b][1] > t1) t1 = ws_span[b][1];
+        if (n == 0 || ws_span[b][1] < e_min) e_min = ws_span[b][1];
+        cyc += ws_span[b][2];
+        ns += ws_span[b][1] - ws_span[b][0];
+        ++n;
+        ws_span[b][1] = 0;
+    }
+    if (n) printf("wsspan blocks %d first start -> last end %lld ns, first end at %lld ns, mean cycles/ns %.3f\n", n, t1 - t0, e_min - t0, (double)cyc / (double)ns);
 #endif
 }
 
@@ -507,6 +523,8 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         unsigned it = 0;
         const auto tile = [&](int t) { return (KIND == 2) ? ws_wgrad_tile(p, t) : ws_rows_tile<EPI>(p, t); };
 #ifdef WS_EXP_CLOCKS  // experiment: where a consumer warpgroup's cycles go (printed by blocks 0 and 77)
+        long long g_start;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g_start));
         const long long c_start = clock64();
         long long c_main = 0, c_full = 0, c_full0 = 0, c_epi = 0;
         int n_tiles_done = 0;
@@ -581,6 +599,13 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         }
         if (leader) bulk_wait_all();  // the last stores have landed before the block ends
 #ifdef WS_EXP_CLOCKS
+        if (leader && wg == 0 && blockIdx.x < 1024) {
+            long long g_end;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g_end));
+            ws_span[blockIdx.x][0] = g_start;
+            ws_span[blockIdx.x][2] = clock64() - c_start;
+            ws_span[blockIdx.x][1] = g_end;
+        }
         if (leader && (blockIdx.x == 0 || blockIdx.x == 77)) {
             long long* r = ws_clk[2 * (blockIdx.x != 0) + wg];
             const long long v[10] = {EPI * 10 + KIND, n_tiles_done, clock64() - c_start, c_main, c_full, c_full0, c_epi, out.c_sync, out.c_issue, 1};

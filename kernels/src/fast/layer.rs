@@ -650,7 +650,7 @@ impl<'g> FastLayer<'g> {
             let chunks = slots.div_ceil(ROUTE_CHUNK);
             let chunks_i = chunks as i32;
             let grid = LaunchConfig { grid_dim: (chunks as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-            let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: (8 * e) as u32 };
+            let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: (8 * e + 4 * e.max(1024)) as u32 };
             // SAFETY (three launches): argument lists match cuda/fast/fast_route.cu; counts holds chunks*E,
             // tiles 3*max_tiles (a bound on the tiles fr_scan writes), the row arrays `rows` entries.
             self.launch("route_count", |me| {
