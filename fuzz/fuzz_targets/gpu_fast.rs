@@ -14,17 +14,13 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use moe_kernels::check::case;
-use moe_kernels::fast::check::{check, HostCase, Scope};
-use moe_kernels::fast::{FastDims, FastKernels, FastLayer, FastTrace, ENGINES};
+use moe_kernels::fast::case::FastCase;
+use moe_kernels::fast::check::{check, Scope};
+use moe_kernels::fast::{FastKernels, ENGINES};
 use moe_kernels::Gpu;
 use moe_reference::config::Activation;
 
 static GPU: OnceLock<Option<(Gpu, FastKernels)>> = OnceLock::new();
-
-fn bits(v: &[f64]) -> Vec<u16> {
-    v.iter().map(|&x| half::bf16::from_f64(x).to_bits()).collect()
-}
 
 fuzz_target!(|data: &[u8]| {
     let ctx = GPU.get_or_init(|| match Gpu::open(0) {
@@ -54,33 +50,15 @@ fuzz_target!(|data: &[u8]| {
     let (engine_name, engine) = *usable[byte() % usable.len()];
     let gather_first = byte() % 2 == 0;
 
-    let (_cfg, x, w13, w2, ids, w) = case(seed, t, h, i, e, k, act, unused);
-    let mut g = moe_kernels::check::Gen(seed.wrapping_mul(31).wrapping_add(7) | 1);
-    let dy: Vec<f64> = (0..t * h).map(|_| g.bf16(0.5)).collect();
-    let (xb, w13b, w2b, dyb) = (bits(x.as_slice().unwrap()), bits(w13.as_slice().unwrap()), bits(w2.as_slice().unwrap()), bits(&dy));
-    let ids_v: Vec<i32> = ids.iter().copied().collect();
-    let w_v: Vec<f32> = w.iter().copied().collect();
-    let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
+    let case = FastCase::new(seed, t, h, i, e, k, act, unused);
     let what = format!("seed {seed} T={t} H={h} I={i} E={e} k={k} {act:?} unused {unused} engine {engine_name} gather-first {gather_first}");
-    let run = |poison: bool| -> FastTrace {
-        let mut layer = FastLayer::new(gpu, kern, dims, act, &ids_v, &w_v).expect("layer");
-        layer.set_engine(engine).expect("engine");
-        layer.use_gather_first(gather_first);
-        layer.upload(&xb, &w13b, &w2b, &dyb).expect("upload");
-        if poison {
-            layer.poison_outputs().expect("poison");
-        }
-        layer.forward().expect("forward");
-        layer.backward().expect("backward");
-        layer.trace().expect("trace")
-    };
+    let run = |poison: bool| case.run(gpu, kern, engine, gather_first, poison).unwrap_or_else(|err| panic!("{what}: {err}"));
     let first = run(false);
     if let Some((name, i)) = first.first_difference(&run(true)) {
         panic!("{what}: {name} differs between two runs at {i} (not deterministic, or an element left unwritten)");
     }
-    let host = HostCase { dims, act, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids: &ids_v, weights: &w_v };
     let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads: 2 };
-    if let Err(msg) = check(&host, &first, &scope) {
+    if let Err(msg) = check(&case.host(), &first, &scope) {
         panic!("{what}: {msg}");
     }
 });

@@ -3,15 +3,11 @@
 //! and odd shapes, plus bitwise run-to-run determinism with poisoned outputs (an element a kernel leaves
 //! unwritten shows as NaN in the second run). Skips visibly without a GPU; fails with REQUIRE_GPU=1.
 
-use moe_kernels::check::case;
-use moe_kernels::fast::check::{check, HostCase, Scope};
+use moe_kernels::fast::case::FastCase;
+use moe_kernels::fast::check::{check, Scope};
 use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, FastTrace, ENGINES};
 use moe_kernels::{gpu_for_test, Gpu, GpuError};
 use moe_reference::config::Activation;
-
-fn bits(v: &[f64]) -> Vec<u16> {
-    v.iter().map(|&x| half::bf16::from_f64(x).to_bits()).collect()
-}
 
 fn same(a: &FastTrace, b: &FastTrace) -> Result<(), String> {
     match a.first_difference(b) {
@@ -24,25 +20,8 @@ fn same(a: &FastTrace, b: &FastTrace) -> Result<(), String> {
 /// check the first run fully against the oracle. Returns (worst error/bound, elements checked).
 #[allow(clippy::too_many_arguments)]
 fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persistent): Engine, seed: u64, t: usize, h: usize, i: usize, e: usize, k: usize, act: Activation, unused: f64) -> (f64, usize) {
-    let (_cfg, x, w13, w2, ids, w) = case(seed, t, h, i, e, k, act, unused);
-    let mut g = moe_kernels::check::Gen(seed.wrapping_mul(31).wrapping_add(7) | 1);
-    let dy: Vec<f64> = (0..t * h).map(|_| g.bf16(0.5)).collect();
-    let (xb, w13b, w2b, dyb) = (bits(x.as_slice().unwrap()), bits(w13.as_slice().unwrap()), bits(w2.as_slice().unwrap()), bits(&dy));
-    let ids_v: Vec<i32> = ids.iter().copied().collect();
-    let w_v: Vec<f32> = w.iter().copied().collect();
-    let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
-    let run_with = |engine: Engine, poison: bool, gather_first: bool| -> FastTrace {
-        let mut layer = FastLayer::new(gpu, kern, dims, act, &ids_v, &w_v).expect("layer");
-        layer.set_engine(engine).expect("engine");
-        layer.use_gather_first(gather_first);
-        layer.upload(&xb, &w13b, &w2b, &dyb).expect("upload");
-        if poison {
-            layer.poison_outputs().expect("poison");
-        }
-        layer.forward().expect("forward");
-        layer.backward().expect("backward");
-        layer.trace().expect("trace")
-    };
+    let case = FastCase::new(seed, t, h, i, e, k, act, unused);
+    let run_with = |engine: Engine, poison: bool, gather_first: bool| -> FastTrace { case.run(gpu, kern, engine, gather_first, poison).expect("forward and backward") };
     let run = |engine: Engine, poison: bool| run_with(engine, poison, true);
     let engine = (wgmma, wgrad_wgmma, direct, persistent);
     let first = run(engine, false);
@@ -62,8 +41,7 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
             panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): gathering inside the GEMMs differs from gathering first: {msg}");
         }
         // selective recomputation: H dropped (NaN) after forward and recomputed before backward
-        let mut layer = FastLayer::new(gpu, kern, dims, act, &ids_v, &w_v).expect("layer");
-        layer.upload(&xb, &w13b, &w2b, &dyb).expect("upload");
+        let mut layer = case.layer(gpu, kern, engine, true).expect("layer");
         layer.forward().expect("forward");
         layer.forget_h().expect("forget H");
         layer.recompute_h().expect("recompute H");
@@ -72,10 +50,9 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
             panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): backward after recompute_h differs: {msg}");
         }
     }
-    let host = HostCase { dims, act, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids: &ids_v, weights: &w_v };
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads };
-    match check(&host, &first, &scope) {
+    match check(&case.host(), &first, &scope) {
         Ok(r) => (r.worst, r.elements),
         Err(msg) => panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}, {act:?}, wgmma {wgmma}/{wgrad_wgmma}/{direct}/{persistent}): {msg}"),
     }

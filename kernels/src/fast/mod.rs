@@ -20,6 +20,7 @@
 //! Kept for backward per token: the k rows of H (2·I bf16 each) and the routing metadata; X and dY belong
 //! to the caller.
 
+pub mod case;
 pub mod check;
 mod kernels;
 mod layer;
