@@ -303,6 +303,49 @@ __device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const T
     }
 }
 
+// x / d rounded to nearest (div.rn.f32's value) without a branch, for d in [1, 2^60] and |x| in [2^-60, 2^60]
+// (ok reports whether the operands are in that range): the reciprocal-and-correction sequence that the compiler
+// emits as div.rn's fast path (MUFU.RCP, then four FMAs), which is correctly rounded wherever no operand,
+// quotient or remainder is subnormal or near overflow; the compiler's own version guards it with a range
+// check and a branch to a slow path per division, and those branches cut the SwiGLU epilogue into one short
+// dependent chain per element.
+__device__ __forceinline__ float div_rn_in_range(float x, float d, bool& ok) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+    r = __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
+    const float q = __fmul_rn(x, r);
+    const float ax = fabsf(x);
+    ok = d >= 1.0f && d <= 0x1p60f && ax >= 0x1p-60f && ax <= 0x1p60f;
+    return __fmaf_rn(r, __fmaf_rn(-d, q, x), q);
+}
+// swiglu_f's value where ok (the same operations, the division by div_rn_in_range; the denominator is >= 1),
+// with the activation (limit < 0: plain, else clamped) fixed at compile time, so that a box of them is one
+// branch-free block.
+template <bool CLAMPED>
+__device__ __forceinline__ float swiglu_f_in_range(float g, float u, float alpha, float limit, bool& ok) {
+    if (!CLAMPED) return div_rn_in_range(g, 1.0f + expf(-g), ok) * u;
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+    return div_rn_in_range(g, 1.0f + expf(-alpha * g), ok) * (u + 1.0f);
+}
+// A's stmatrix fragments r[jp][i] of box bx (see ws_store_swiglu_tma) by swiglu_f_in_range; false if an
+// operand was out of its range (then r is to be recomputed with swiglu_f).
+template <bool CLAMPED>
+__device__ __forceinline__ bool ws_swiglu_box_in_range(const float* d, int bx, float alpha, float limit, unsigned (&r)[4][4]) {
+    bool all_ok = true;
+#pragma unroll
+    for (int jp = 0; jp < 4; ++jp)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int e = 4 * (8 * bx + 2 * jp + (i >> 1)) + 2 * (i & 1);
+            const unsigned g = pack_bf16x2(d[e], d[e + 1]), u = pack_bf16x2(d[e + 64], d[e + 65]);
+            bool ok_lo, ok_hi;
+            r[jp][i] = pack_bf16x2(swiglu_f_in_range<CLAMPED>(bf16_lo(g), bf16_lo(u), alpha, limit, ok_lo), swiglu_f_in_range<CLAMPED>(bf16_hi(g), bf16_hi(u), alpha, limit, ok_hi));
+            all_ok = all_ok && ok_lo && ok_hi;
+        }
+    return all_ok;
+}
+
 // GEMM1's SwiGLU epilogue by TMA (EPI_SWIGLU_FWD_SPLIT, I a multiple of 128 so that every box lies inside its
 // half of H): 6 boxes of 64 intermediate columns from q0 = n0 / 2: H's gate columns (tc, [rows][2I]), its up
 // columns (I + q), and A (td, [rows][I]). d holds gate column group jp at d[4 jp + ...], up at d[4 (jp + 16) + ...];
@@ -314,6 +357,35 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
         for (int bx = 0; bx < 2; ++bx) {
             out.box(
                 [&](unsigned slot) {
+#ifdef WS_SWIGLU_DIV_IN_RANGE  // (experiment, not yet timed) A's boxes without a branch per element
+                    unsigned r[4][4];  // [jp][i]: the box's stmatrix fragments
+                    bool all_ok = true;
+                    if (part < 2) {
+#pragma unroll
+                        for (int jp = 0; jp < 4; ++jp)
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) {
+                                const int e = 4 * (8 * bx + 2 * jp + (i >> 1)) + 2 * (i & 1) + (part == 1 ? 64 : 0);
+                                r[jp][i] = pack_bf16x2(d[e], d[e + 1]);
+                            }
+                    } else if (p.clamp_limit < 0.0f) {
+                        all_ok = ws_swiglu_box_in_range<false>(d, bx, p.alpha, p.clamp_limit, r);
+                    } else {
+                        all_ok = ws_swiglu_box_in_range<true>(d, bx, p.alpha, p.clamp_limit, r);
+                    }
+                    if (!all_ok) {  // rare: an operand out of range; the whole box again with swiglu_f
+#pragma unroll
+                        for (int jp = 0; jp < 4; ++jp)
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) {
+                                const int e = 4 * (8 * bx + 2 * jp + (i >> 1)) + 2 * (i & 1);
+                                const unsigned g = pack_bf16x2(d[e], d[e + 1]), u = pack_bf16x2(d[e + 64], d[e + 65]);
+                                r[jp][i] = pack_bf16x2(swiglu_f(bf16_lo(g), bf16_lo(u), p.alpha, p.clamp_limit), swiglu_f(bf16_hi(g), bf16_hi(u), p.alpha, p.clamp_limit));
+                            }
+                    }
+#pragma unroll
+                    for (int jp = 0; jp < 4; ++jp) stsm_box(slot, wq, lane, jp, r[jp]);
+#else
 #pragma unroll
                     for (int jp = 0; jp < 4; ++jp) {
                         unsigned r[4];
@@ -327,6 +399,7 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
                         }
                         stsm_box(slot, wq, lane, jp, r);
                     }
+#endif
                 },
                 [&](unsigned slot) {
                     if (part == 2)
