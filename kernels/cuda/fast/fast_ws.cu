@@ -328,21 +328,28 @@ __device__ __forceinline__ float swiglu_f_in_range(float g, float u, float alpha
     u = fminf(fmaxf(u, -limit), limit);
     return div_rn_in_range(g, 1.0f + expf(-alpha * g), ok) * (u + 1.0f);
 }
-// A's stmatrix fragments r[jp][i] of box bx (see ws_store_swiglu_tma) by swiglu_f_in_range; false if an
-// operand was out of its range (then r is to be recomputed with swiglu_f).
-template <bool CLAMPED>
-__device__ __forceinline__ bool ws_swiglu_box_in_range(const float* d, int bx, float alpha, float limit, unsigned (&r)[4][4]) {
-    bool all_ok = true;
+// A's stmatrix fragments r[jp][i] of box bx (see ws_store_swiglu_tma): f(gate pair, up pair) -> A pair, each
+// a bf16x2 of the fragment's two elements.
+template <class F>
+__device__ __forceinline__ void ws_a_fragments(const float* d, int bx, unsigned (&r)[4][4], F f) {
 #pragma unroll
     for (int jp = 0; jp < 4; ++jp)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int e = 4 * (8 * bx + 2 * jp + (i >> 1)) + 2 * (i & 1);
-            const unsigned g = pack_bf16x2(d[e], d[e + 1]), u = pack_bf16x2(d[e + 64], d[e + 65]);
-            bool ok_lo, ok_hi;
-            r[jp][i] = pack_bf16x2(swiglu_f_in_range<CLAMPED>(bf16_lo(g), bf16_lo(u), alpha, limit, ok_lo), swiglu_f_in_range<CLAMPED>(bf16_hi(g), bf16_hi(u), alpha, limit, ok_hi));
-            all_ok = all_ok && ok_lo && ok_hi;
+            r[jp][i] = f(pack_bf16x2(d[e], d[e + 1]), pack_bf16x2(d[e + 64], d[e + 65]));
         }
+}
+// ... by swiglu_f_in_range; false if an operand was out of its range (then r is to be recomputed with swiglu_f).
+template <bool CLAMPED>
+__device__ __forceinline__ bool ws_swiglu_box_in_range(const float* d, int bx, float alpha, float limit, unsigned (&r)[4][4]) {
+    bool all_ok = true;
+    ws_a_fragments(d, bx, r, [&](unsigned g, unsigned u) {
+        bool ok_lo, ok_hi;
+        const unsigned v = pack_bf16x2(swiglu_f_in_range<CLAMPED>(bf16_lo(g), bf16_lo(u), alpha, limit, ok_lo), swiglu_f_in_range<CLAMPED>(bf16_hi(g), bf16_hi(u), alpha, limit, ok_hi));
+        all_ok = all_ok && ok_lo && ok_hi;
+        return v;
+    });
     return all_ok;
 }
 
@@ -373,16 +380,10 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
                     } else {
                         all_ok = ws_swiglu_box_in_range<true>(d, bx, p.alpha, p.clamp_limit, r);
                     }
-                    if (!all_ok) {  // rare: an operand out of range; the whole box again with swiglu_f
-#pragma unroll
-                        for (int jp = 0; jp < 4; ++jp)
-#pragma unroll
-                            for (int i = 0; i < 4; ++i) {
-                                const int e = 4 * (8 * bx + 2 * jp + (i >> 1)) + 2 * (i & 1);
-                                const unsigned g = pack_bf16x2(d[e], d[e + 1]), u = pack_bf16x2(d[e + 64], d[e + 65]);
-                                r[jp][i] = pack_bf16x2(swiglu_f(bf16_lo(g), bf16_lo(u), p.alpha, p.clamp_limit), swiglu_f(bf16_hi(g), bf16_hi(u), p.alpha, p.clamp_limit));
-                            }
-                    }
+                    if (!all_ok)  // rare: an operand out of range; the whole box again with swiglu_f
+                        ws_a_fragments(d, bx, r, [&](unsigned g, unsigned u) {
+                            return pack_bf16x2(swiglu_f(bf16_lo(g), bf16_lo(u), p.alpha, p.clamp_limit), swiglu_f(bf16_hi(g), bf16_hi(u), p.alpha, p.clamp_limit));
+                        });
 #pragma unroll
                     for (int jp = 0; jp < 4; ++jp) stsm_box(slot, wq, lane, jp, r[jp]);
 #else
