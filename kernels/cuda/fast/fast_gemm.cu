@@ -130,6 +130,52 @@ __device__ __forceinline__ void swiglu_fb(float g, float u, float d, float alpha
     }
 }
 
+// x / d rounded to nearest (div.rn.f32's value) without a branch, for d in [1, 2^60] and |x| in [2^-60, 2^60]
+// (ok reports whether the operands are in that range): the reciprocal-and-correction sequence that the compiler
+// emits as div.rn's fast path (MUFU.RCP, then four FMAs), which is correctly rounded wherever no operand,
+// quotient or remainder is subnormal or near overflow; the compiler's own version guards it with a range
+// check and a branch to a slow path per division, and those branches cut the SwiGLU epilogue into one short
+// dependent chain per element.
+__device__ __forceinline__ float div_rn_in_range(float x, float d, bool& ok) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+    r = __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
+    const float q = __fmul_rn(x, r);
+    const float ax = fabsf(x);
+    ok = d >= 1.0f && d <= 0x1p60f && ax >= 0x1p-60f && ax <= 0x1p60f;
+    return __fmaf_rn(r, __fmaf_rn(-d, q, x), q);
+}
+// swiglu_f's value where ok (the same operations, the division by div_rn_in_range; the denominator is >= 1),
+// with the activation (limit < 0: plain, else clamped) fixed at compile time, so that a box of them is one
+// branch-free block.
+template <bool CLAMPED>
+__device__ __forceinline__ float swiglu_f_in_range(float g, float u, float alpha, float limit, bool& ok) {
+    if (!CLAMPED) return div_rn_in_range(g, 1.0f + expf(-g), ok) * u;
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+    return div_rn_in_range(g, 1.0f + expf(-alpha * g), ok) * (u + 1.0f);
+}
+// swiglu_fb's values where ok (both divisions in range; same operations otherwise).
+template <bool CLAMPED>
+__device__ __forceinline__ void swiglu_fb_in_range(float g, float u, float d, float alpha, float limit, float& a, float& dg, float& du, bool& ok) {
+    bool ok_a, ok_s;
+    if (!CLAMPED) {
+        const float den = 1.0f + expf(-g);
+        a = div_rn_in_range(g, den, ok_a) * u;
+        const float s = div_rn_in_range(1.0f, den, ok_s);
+        dg = d * u * (s * (1.0f + g * (1.0f - s)));
+        du = d * (g * s);
+    } else {
+        const float gc = fminf(g, limit), uc = fminf(fmaxf(u, -limit), limit);
+        const float den = 1.0f + expf(-alpha * gc);
+        a = div_rn_in_range(gc, den, ok_a) * (uc + 1.0f);
+        const float s = div_rn_in_range(1.0f, den, ok_s);
+        dg = g > limit ? 0.0f : d * (uc + 1.0f) * (s * (1.0f + alpha * gc * (1.0f - s)));
+        du = fabsf(u) > limit ? 0.0f : d * (gc * s);
+    }
+    ok = ok_a && ok_s;
+}
+
 // A_T: A stored M-contiguous ([k][m] tile), else K-contiguous ([m][k] tile). B_T: B stored N-contiguous ([k][n]
 // tile), else K-contiguous ([n][k] tile). WGRAD: grid.z = expert, K = the expert's rows.
 template <bool A_T, bool B_T, int EPI, bool WGRAD>

@@ -303,31 +303,6 @@ __device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const T
     }
 }
 
-// x / d rounded to nearest (div.rn.f32's value) without a branch, for d in [1, 2^60] and |x| in [2^-60, 2^60]
-// (ok reports whether the operands are in that range): the reciprocal-and-correction sequence that the compiler
-// emits as div.rn's fast path (MUFU.RCP, then four FMAs), which is correctly rounded wherever no operand,
-// quotient or remainder is subnormal or near overflow; the compiler's own version guards it with a range
-// check and a branch to a slow path per division, and those branches cut the SwiGLU epilogue into one short
-// dependent chain per element.
-__device__ __forceinline__ float div_rn_in_range(float x, float d, bool& ok) {
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-    r = __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
-    const float q = __fmul_rn(x, r);
-    const float ax = fabsf(x);
-    ok = d >= 1.0f && d <= 0x1p60f && ax >= 0x1p-60f && ax <= 0x1p60f;
-    return __fmaf_rn(r, __fmaf_rn(-d, q, x), q);
-}
-// swiglu_f's value where ok (the same operations, the division by div_rn_in_range; the denominator is >= 1),
-// with the activation (limit < 0: plain, else clamped) fixed at compile time, so that a box of them is one
-// branch-free block.
-template <bool CLAMPED>
-__device__ __forceinline__ float swiglu_f_in_range(float g, float u, float alpha, float limit, bool& ok) {
-    if (!CLAMPED) return div_rn_in_range(g, 1.0f + expf(-g), ok) * u;
-    g = fminf(g, limit);
-    u = fminf(fmaxf(u, -limit), limit);
-    return div_rn_in_range(g, 1.0f + expf(-alpha * g), ok) * (u + 1.0f);
-}
 // A's stmatrix fragments r[jp][i] of box bx (see ws_store_swiglu_tma): f(gate pair, up pair) -> A pair, each
 // a bf16x2 of the fragment's two elements.
 template <class F>
