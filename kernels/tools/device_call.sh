@@ -11,7 +11,10 @@
 # Then, through the device tool with carry [".gpu"]:
 #   bash kernels/tools/device_call.sh                       (everything, default kernels)
 #   VARIANTS="WS_GEMM1_TMA=0;WS_EXP_NO_STORE" bash kernels/tools/device_call.sh
-#       (each ;-separated MOE_FAST_DEFINES set timed on 30b first, without the baseline; see fast_ws.cu)
+#       (each ;-separated MOE_FAST_DEFINES set timed on 30b first, without the baseline; see fast_ws.cu; and its
+#       outputs on a small golden case compared bitwise with the default's)
+#   Next to try (session 7, prepared, not yet run):
+#   VARIANTS="WS_SWIGLU_DIV_IN_RANGE;FC_SWIGLU_BWD_IN_RANGE;WS_SWIGLU_DIV_IN_RANGE FC_SWIGLU_BWD_IN_RANGE" BENCH_ONLY=1 ...
 #   BENCH_ONLY=1 bash kernels/tools/device_call.sh          (skip the tests, sanitizer and fuzzing)
 # Budget: about 6 minutes with everything (racecheck alone 70-150 s, the two baseline benches ~2 minutes).
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -34,9 +37,23 @@ tst() { # name, timeout
 
 if [ -n "${VARIANTS:-}" ]; then
     IFS=';' read -ra vs <<< "$VARIANTS"
+    # a case with whole 64-row groups and I % 128 == 0 (so that every epilogue path runs), on which each variant's
+    # outputs must be bitwise the default's (a switch that changes a kernel every engine shares, such as
+    # FC_SWIGLU_BWD_IN_RANGE, is invisible to gpu_fast's comparison of engines)
+    $B/moe-oracle golden --preset qwen3-30b-a3b --tokens 512 --hidden 256 --intermediate 256 --experts 8 --top-k 2 \
+        -o "$OUT/vcase.safetensors" > /dev/null 2>&1
     for d in "" "${vs[@]}"; do
         left 60 || break
         echo "=== MOE_FAST_DEFINES=[$d] at ${SECONDS}s"
+        MOE_FAST_DEFINES="$d" $B/moe-oracle run "$OUT/vcase.safetensors" --device cuda --kernels fast --intermediates \
+            -o "$OUT/v.safetensors" > "$OUT/v.log" 2>&1 || { echo "run failed:"; tail -2 "$OUT/v.log"; }
+        if [ -z "$d" ]; then
+            mv "$OUT/v.safetensors" "$OUT/v0.safetensors"
+        elif cmp -s "$OUT/v.safetensors" "$OUT/v0.safetensors"; then
+            echo "outputs on the variant case: bitwise the default's"
+        else
+            echo "OUTPUTS ON THE VARIANT CASE DIFFER FROM THE DEFAULT'S"
+        fi
         MOE_FAST_DEFINES="$d" timeout 60 $B/moe-oracle bench-gpu --preset qwen3-30b-a3b --tokens 16384 --engines ws \
             --check-tokens 1 --check-wgrad 64 --reps 5 2>&1 | grep -E "fast forward|^  [gdw]|error|oracle"
     done
