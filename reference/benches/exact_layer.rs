@@ -4,7 +4,7 @@
 //!
 //!     cargo bench -p moe-reference --bench exact_layer                 # 1024 tokens
 //!     cargo bench -p moe-reference --bench exact_layer -- --tokens 256
-//!     cargo bench -p moe-reference --bench exact_layer -- --recipes bf16,fp8-block,mxfp8 [--skip-floor] [--checksum]
+//!     cargo bench -p moe-reference --bench exact_layer -- --recipes bf16,fp8-block,mxfp8 [--skip-floor] [--checksum] [--exact-last]
 //!
 //! With `--recipes`, each emulated recipe (forward + backward + every bound) is timed too, with its ratio
 //! to the exact run (the target: within 2x). `--checksum` prints a hash of every emulated tensor, bound
@@ -114,29 +114,40 @@ fn main() {
     let threads = rayon::current_num_threads();
     eprintln!("qwen3-30b-a3b layer, {tokens} tokens, exact mode, {threads} threads");
 
-    let t0 = Instant::now();
-    let fwd = layer::forward(&inp, Options::default());
-    let t_fwd = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    let bwd = layer::backward(&inp, &fwd, dy.view(), Options::default());
-    let t_bwd = t1.elapsed().as_secs_f64();
-    let exact = t_fwd + t_bwd;
-    std::hint::black_box(&bwd);
-    let m = fwd.rows.rows();
-    let expert_rows: Vec<usize> = (0..e).map(|ex| fwd.rows.expert_rows(ex).len()).collect();
-    drop(bwd);
-    drop(fwd); // the emulated runs below hold their own copies of everything
-
+    // The exact run, timed: (forward s, backward s, dispatched rows, rows per expert).
+    let run_exact = || {
+        let t0 = Instant::now();
+        let fwd = layer::forward(&inp, Options::default());
+        let t_fwd = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let bwd = layer::backward(&inp, &fwd, dy.view(), Options::default());
+        let t_bwd = t1.elapsed().as_secs_f64();
+        std::hint::black_box(&bwd);
+        let expert_rows: Vec<usize> = (0..e).map(|ex| fwd.rows.expert_rows(ex).len()).collect();
+        (t_fwd, t_bwd, fwd.rows.rows(), expert_rows) // fwd and bwd dropped here
+    };
+    // `--exact-last` runs the recipes first, as `moe-oracle run --recipe R --compare-exact` does: each mode
+    // takes memory the process has freed before it, if any, faster than fresh memory (BENCHMARKS.md), so
+    // the default order favours the recipes and this one the exact run; the two bracket a run of either
+    // alone.
+    let exact_last = args.iter().any(|a| a == "--exact-last");
+    let exact_first = (!exact_last).then(&run_exact);
+    let mut emulated = Vec::new();
     for r in &recipes {
         let recipe = moe_reference::recipe::Recipe::named(r).unwrap_or_else(|| panic!("unknown recipe {r}"));
         let t = Instant::now();
         let em = moe_reference::emulate::run_with(&inp, &recipe, Options::default(), false).expect("named recipe");
         let te = t.elapsed().as_secs_f64();
         std::hint::black_box(&em.bounds);
-        println!("emulated {r:<13} {te:8.2} s   ratio to exact {:.2}x", te / exact);
         if args.iter().any(|a| a == "--checksum") {
             print_checksums(&em);
         }
+        emulated.push((r, te));
+    }
+    let (t_fwd, t_bwd, m, expert_rows) = exact_first.unwrap_or_else(run_exact);
+    let exact = t_fwd + t_bwd;
+    for (r, te) in emulated {
+        println!("emulated {r:<13} {te:8.2} s   ratio to exact {:.2}x", te / exact);
     }
     if skip_floor {
         println!("exact fwd+bwd        {exact:8.2} s");

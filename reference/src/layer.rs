@@ -83,20 +83,38 @@ pub struct Backward {
 
 /// Time a stage when `MOE_ORACLE_TIMING` is set (stderr), so a slow oracle run can be explained.
 pub(crate) fn timed<T>(name: &str, f: impl FnOnce() -> T) -> T {
-    if std::env::var_os("MOE_ORACLE_TIMING").is_none() {
-        return f();
-    }
-    let (t, cpu0) = (std::time::Instant::now(), cpu_times());
+    let mut lap = Lap::start();
     let out = f();
-    let cpu1 = cpu_times();
-    eprintln!(
-        "[moe-oracle] {name:<22} {:8.3} s   (CPU user {:.2} s, system {:.2} s, page faults {})",
-        t.elapsed().as_secs_f64(),
-        cpu1.0 - cpu0.0,
-        cpu1.1 - cpu0.1,
-        cpu1.2 - cpu0.2
-    );
+    lap.mark(name);
     out
+}
+
+/// [`timed`] for the stretches between a function's timed stages (the emulator's element-wise stages):
+/// `mark(name)` prints the time since the last mark (or `restart`) when `MOE_ORACLE_TIMING` is set.
+pub(crate) struct Lap(Option<(std::time::Instant, (f64, f64, i64))>);
+
+impl Lap {
+    pub(crate) fn start() -> Lap {
+        Lap(std::env::var_os("MOE_ORACLE_TIMING").map(|_| (std::time::Instant::now(), cpu_times())))
+    }
+
+    /// Start the next stretch without printing (after a stage that printed its own time).
+    pub(crate) fn restart(&mut self) {
+        *self = Lap::start();
+    }
+
+    pub(crate) fn mark(&mut self, name: &str) {
+        let Some((t, cpu0)) = self.0 else { return };
+        let cpu1 = cpu_times();
+        eprintln!(
+            "[moe-oracle] {name:<22} {:8.3} s   (CPU user {:.2} s, system {:.2} s, page faults {})",
+            t.elapsed().as_secs_f64(),
+            cpu1.0 - cpu0.0,
+            cpu1.1 - cpu0.1,
+            cpu1.2 - cpu0.2
+        );
+        self.restart();
+    }
 }
 
 /// Process CPU seconds in user and kernel mode, and minor page faults, for `MOE_ORACLE_TIMING` (system

@@ -24,7 +24,7 @@ use rayon::prelude::*;
 use crate::accum::{self, Model};
 use crate::config::MoeConfig;
 use crate::dispatch::RowMap;
-use crate::layer::{route_inputs, timed, Backward, Forward, LayerInputs, Options};
+use crate::layer::{route_inputs, timed, Backward, Lap, Forward, LayerInputs, Options};
 use crate::quant::QuantTensor;
 use crate::recipe::{Recipe, Storage};
 use crate::route;
@@ -356,6 +356,7 @@ pub struct EmulateOptions {
 
 /// [`run`] with every option.
 pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOptions) -> Result<Emulated, EmulateError> {
+    let mut lap = Lap::start();
     let keep_quantised = opts.keep_quantised;
     let plans = Plans::parse(recipe, opts.same_schedule)?;
     let cfg: &MoeConfig = &inp.cfg;
@@ -386,6 +387,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     let x_rows = Tracked { v: rows.gather(x_in.v.view()), b: rows.gather(x_in.b.view()) };
     let zero = Array2::<f64>::zeros((1, 1));
 
+    lap.mark("emulate inputs");
     // GEMM1: h = x_rows · w13[e]ᵀ
     let (h, h_d, outs) = timed("emulate fwd.h", || {
         per_expert(&rows, 2 * id, |e, out| {
@@ -401,6 +403,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     quantised.extend(stack_weights("q.w13", &outs));
     drop(outs);
 
+    lap.restart();
     // SwiGLU
     let m = rows.rows();
     let mut a = Tracked { v: crate::bigmem::zeros((m, id)), b: crate::bigmem::zeros((m, id)) };
@@ -422,6 +425,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     let a_d = store_dev(&a.v, a_dpre, st.a);
     let a = store(a.v, a.b, st.a);
 
+    lap.mark("emulate fwd.a (SwiGLU)");
     // GEMM2: o = a · w2[e]ᵀ
     let (o, o_d, outs) = timed("emulate fwd.o", || {
         per_expert(&rows, hd, |e, out| {
@@ -437,6 +441,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     quantised.extend(stack_weights("q.w2", &outs));
     drop(outs);
 
+    lap.restart();
     // Combine: y_t = Σ_j w_j·o_j, in slot order.
     let mut y_raw = crate::bigmem::zeros((cfg.tokens, hd));
     let mut y_pre = crate::bigmem::zeros((cfg.tokens, hd));
@@ -462,6 +467,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     let y_d = store_dev(&y_raw, y_dpre, st.y);
     let y = store(y_raw, y_pre, st.y);
 
+    lap.mark("emulate y (combine)");
     bounds.push(("y".into(), up32_all(&y.b)));
     bounds.push(("fwd.h".into(), up32_all(&h.b)));
     bounds.push(("fwd.a".into(), up32_all(&a.b)));
@@ -479,10 +485,13 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
         logits,
         rows,
         ranks,
-        h: h.v.clone(),
-        a: a.v.clone(),
-        o: o.v.clone(),
+        // Moved, not copied (the backward reads them from `fwd`): copies would be 0.3 GB of fresh memory
+        // at qwen3-30b-a3b's shape, and fresh memory is what the emulator spends most of its time on.
+        h: h.v,
+        a: a.v,
+        o: o.v,
     };
+    lap.mark("emulate fwd finish");
     let Some(dy) = inp.dy.as_ref() else {
         return Ok(Emulated { recipe: recipe.clone(), fwd, bwd: None, bounds, deviations, quantised });
     };
@@ -496,19 +505,20 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     gtw.axis_iter_mut(Axis(0)).into_par_iter().zip(gtw_b.axis_iter_mut(Axis(0))).zip(gtw_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(t, ((mut g, mut gb), mut gd))| {
         for j in 0..k {
             if let Some(r) = rows.slot_row[t * k + j] {
-                g[j] = accum::dot(&plans.vector, dy_in.v.row(t).as_slice().unwrap(), o.v.row(r).as_slice().unwrap(), None);
+                g[j] = accum::dot(&plans.vector, dy_in.v.row(t).as_slice().unwrap(), fwd.o.row(r).as_slice().unwrap(), None);
                 gb[j] = dot_bound(
-                    (0..hd).map(|c| (dy_in.v[[t, c]].abs() + dy_in.b[[t, c]], dy_in.b[[t, c]], o.v[[r, c]].abs() + o.b[[r, c]], o.b[[r, c]])),
+                    (0..hd).map(|c| (dy_in.v[[t, c]].abs() + dy_in.b[[t, c]], dy_in.b[[t, c]], fwd.o[[r, c]].abs() + o.b[[r, c]], o.b[[r, c]])),
                     vector_kappa(hd),
                     hd,
                 );
-                gd[j] = dot_dev((0..hd).map(|c| (dy_in.v[[t, c]].abs(), 0.0, o.v[[r, c]].abs(), o_d[[r, c]])), dev_kappa(hd), hd);
+                gd[j] = dot_dev((0..hd).map(|c| (dy_in.v[[t, c]].abs(), 0.0, fwd.o[[r, c]].abs(), o_d[[r, c]])), dev_kappa(hd), hd);
             }
         }
     });
     let gtw_d = store_dev(&gtw, gtw_dpre, st.grad_topk_weights);
     let gtw = store(gtw, gtw_b, st.grad_topk_weights);
 
+    lap.mark("emulate grad.topk_w");
     // bwd.do = w·dy per row (one f32 product).
     let mut do_raw = crate::bigmem::zeros((m, hd));
     let mut do_pre = crate::bigmem::zeros((m, hd));
@@ -527,6 +537,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     let do_d = store_dev(&do_raw, do_dpre, st.do_);
     let do_ = store(do_raw, do_pre, st.do_);
 
+    lap.mark("emulate bwd.do");
     // da = do · w2[e]
     let (da, da_d, _) = timed("emulate bwd.da", || {
         per_expert(rows, id, |e, out| {
@@ -541,13 +552,14 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
         quantised.extend(quantise_rows("q.bwd.do", &plans.dgrad2, &do_.v));
     }
 
+    lap.restart();
     // SwiGLU backward
     let mut dh_raw = crate::bigmem::zeros((m, 2 * id));
     let mut dh_pre = crate::bigmem::zeros((m, 2 * id));
     let mut dh_dpre = crate::bigmem::zeros((m, 2 * id));
     dh_raw.axis_iter_mut(Axis(0)).into_par_iter().zip(dh_pre.axis_iter_mut(Axis(0))).zip(dh_dpre.axis_iter_mut(Axis(0))).enumerate().for_each(|(r, ((mut dr, mut db), mut dd))| {
         for c in 0..id {
-            let (g, u, dav) = (h.v[[r, c]], h.v[[r, id + c]], da.v[[r, c]]);
+            let (g, u, dav) = (fwd.h[[r, c]], fwd.h[[r, id + c]], da.v[[r, c]]);
             let ((dg, bg), (du, bu)) = act_bound::backward(cfg.activation, g, h.b[[r, c]], u, h.b[[r, id + c]], dav, da.b[[r, c]]);
             let (dgd, dud) = act_bound::backward_dev(cfg.activation, g, h_d[[r, c]], u, h_d[[r, id + c]], dav, da_d[[r, c]]);
             dr[c] = dg;
@@ -561,18 +573,20 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     let dh_d = store_dev(&dh_raw, dh_dpre, st.dh);
     let dh = store(dh_raw, dh_pre, st.dh);
 
+    lap.mark("emulate bwd.dh (SwiGLU)");
     // grad.w2[e] = do_eᵀ · a_e
     let (gw2, gw2_b, gw2_d) = timed("emulate grad.w2", || {
         per_expert_w(e_n, (hd, id), |e, out| {
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&do_, r.clone());
-            let (av, ab) = rows_of(&a, r.clone());
+            let (av, ab) = (fwd.a.slice(s![r.clone(), ..]), a.b.slice(s![r.clone(), ..]));
             let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
             let (dd, add) = (t(do_d.slice(s![r.clone(), ..])), t(a_d.slice(s![r, ..])));
             gemm_stage_into(&plans.wgrad2, op(t(dv).view(), t(db).view(), Some(dd.view())), op(t(av).view(), t(ab).view(), Some(add.view())), st.grad_w, out);
         })
     });
 
+    lap.restart();
     // dx_rows = dh · w13[e]
     let (dx_rows, dx_d, _) = timed("emulate bwd.dx_rows", || {
         per_expert(rows, hd, |e, out| {
@@ -587,6 +601,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
         quantised.extend(quantise_rows("q.bwd.dh", &plans.dgrad1, &dh.v));
     }
 
+    lap.restart();
     // grad.w13[e] = dh_eᵀ · x_rows_e
     let (gw13, gw13_b, gw13_d) = timed("emulate grad.w13", || {
         per_expert_w(e_n, (2 * id, hd), |e, out| {
@@ -599,6 +614,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
         })
     });
 
+    lap.restart();
     // Router: dlogits through the routing Jacobian, grad.router.weight = dlᵀ·x, grad.x's router term dl·R.
     let f32_plan = GemmPlan { name: "router", model: Model::F32Fma, a: None, b: None, same_schedule: opts.same_schedule };
     let (dlogits, router_term, grad_router_weight, grw_b, grw_d, rt_d) = match (&fwd.routed, &cfg.routing, &inp.router_weight, &fwd.logits) {
@@ -649,6 +665,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
         _ => (None, None, None, None, None, None),
     };
 
+    lap.mark("emulate router");
     // grad.x = Σ_j dx_rows (+ router term), in slot order.
     let mut gx_raw = crate::bigmem::zeros((cfg.tokens, hd));
     let mut gx_pre = crate::bigmem::zeros((cfg.tokens, hd));
@@ -674,6 +691,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     let gx_d = store_dev(&gx_raw, gx_dpre, st.grad_x);
     let grad_x = store(gx_raw, gx_pre, st.grad_x);
 
+    lap.mark("emulate grad.x");
     bounds.push(("grad.x".into(), up32_all(&grad_x.b)));
     bounds.push(("grad.w13".into(), gw13_b.into_dyn()));
     bounds.push(("grad.w2".into(), gw2_b.into_dyn()));
@@ -697,6 +715,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
     deviations.push(("bwd.dh".into(), up32_all(&dh_d)));
     deviations.push(("bwd.dx_rows".into(), up32_all(&dx_d)));
 
+    lap.mark("emulate bwd finish");
     let bwd = Backward {
         grad_x: grad_x.v,
         grad_w13: gw13,
