@@ -23,6 +23,7 @@ pub mod layer;
 pub mod quant;
 pub mod recipe;
 pub mod route;
+pub mod scratch;
 #[cfg(test)]
 pub(crate) mod test_rng;
 

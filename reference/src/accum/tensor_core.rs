@@ -61,12 +61,9 @@ struct Operand {
 fn decompose_rows(x: ArrayView2<f64>, fmt: Format) -> Option<Operand> {
     let spec = fmt.spec();
     let (mb, emin) = (spec.mantissa_bits, spec.min_exponent());
-    let mut e = Vec::with_capacity(x.len());
-    let mut m = Vec::with_capacity(x.len());
-    for &v in x.iter() {
-        let (de, dm) = decompose(v, mb, emin)?;
-        e.push(de);
-        m.push(dm);
+    let (mut e, mut m) = (crate::scratch::filled(x.len(), 0i32), crate::scratch::filled(x.len(), 0i32));
+    for ((de, dm), &v) in e.iter_mut().zip(m.iter_mut()).zip(x.iter()) {
+        (*de, *dm) = decompose(v, mb, emin)?;
     }
     Some(Operand { e, m })
 }
@@ -86,8 +83,9 @@ fn panels(b: ArrayView2<f64>, fmt: Format, shift: u32, chunk: usize) -> Option<P
     let (mbits, emin) = (spec.mantissa_bits, spec.min_exponent());
     let (n, k) = b.dim();
     let np = n.div_ceil(NR);
-    let mut e = vec![[ZERO_EXP; NR]; np * k];
-    let mut m = vec![[0i32; NR]; np * k];
+    // Weight-sized for the emulator's per-expert stages: reused per thread ([`crate::scratch`]).
+    let mut e = crate::scratch::filled(np * k, [ZERO_EXP; NR]);
+    let mut m = crate::scratch::filled(np * k, [0i32; NR]);
     // Straight from B into the panel layout (no row-major decomposition in between): one pass, and a
     // panel's 16 rows touch the same k·128 bytes, which stay in cache.
     for (j, row) in b.rows().into_iter().enumerate() {
@@ -390,6 +388,8 @@ fn gemm_nt_lanes<const MAG: bool, B: BoundElem>(t: &TensorCore, a: ArrayView2<f6
             panel_rows::<MAG, B>(t, &da, m, &bp, p, n, scales, &mut cols, g.as_mut())
         }
     });
+    [da.e, da.m].into_iter().for_each(crate::scratch::give);
+    [bp.e, bp.m].into_iter().for_each(crate::scratch::give);
 }
 
 /// Whether the AVX-512 build of the row kernel can run here.

@@ -178,9 +178,12 @@ fn bound_t<'a>(b: &'a Option<Array3<f64>>, zero: &'a Array2<f64>, e: usize, shap
     }
 }
 
-/// The transpose of a weight slice, contiguous (a per-expert temporary).
+/// The transpose of a weight slice or of an expert's rows, contiguous (a per-expert temporary, in this
+/// thread's reused memory: give it back with [`crate::scratch::give_array`]).
 fn transposed(x: ArrayView2<f64>) -> Array2<f64> {
-    x.t().as_standard_layout().into_owned()
+    let mut t = crate::scratch::zeros2(x.ncols(), x.nrows());
+    t.assign(&x.t());
+    t
 }
 
 fn rows_of(t: &Tracked, r: std::ops::Range<usize>) -> (ArrayView2<'_, f64>, ArrayView2<'_, f64>) {
@@ -327,6 +330,10 @@ fn keep_q(o: Fed, keep: bool) -> Fed {
     if keep {
         o
     } else {
+        // The codes are weight-sized per expert: kept for the thread's next stage ([`crate::scratch`]).
+        for q in [o.qa, o.qb].into_iter().flatten() {
+            crate::scratch::give_array(q.q);
+        }
         Fed { qa: None, qb: None }
     }
 }
@@ -356,6 +363,13 @@ pub struct EmulateOptions {
 
 /// [`run`] with every option.
 pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOptions) -> Result<Emulated, EmulateError> {
+    let out = run_stages(inp, recipe, opt, opts);
+    // The stages' reused temporaries ([`crate::scratch`]) are not kept past the run.
+    crate::scratch::release();
+    out
+}
+
+fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOptions) -> Result<Emulated, EmulateError> {
     let mut lap = Lap::start();
     let keep_quantised = opts.keep_quantised;
     let plans = Plans::parse(recipe, opts.same_schedule)?;
@@ -545,7 +559,9 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
             let (dv, db) = rows_of(&do_, r.clone());
             let wt = transposed(w2_v.index_axis(Axis(0), e));
             let wtb = bound_t(&w2_b, &zero, e, (hd, id));
-            keep_q(gemm_stage_into(&plans.dgrad2, op(dv, db, Some(do_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.da, out), false)
+            let fed = gemm_stage_into(&plans.dgrad2, op(dv, db, Some(do_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.da, out);
+            crate::scratch::give_array(wt);
+            keep_q(fed, false)
         })
     });
     if keep_quantised {
@@ -580,9 +596,10 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&do_, r.clone());
             let (av, ab) = (fwd.a.slice(s![r.clone(), ..]), a.b.slice(s![r.clone(), ..]));
-            let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
-            let (dd, add) = (t(do_d.slice(s![r.clone(), ..])), t(a_d.slice(s![r, ..])));
-            gemm_stage_into(&plans.wgrad2, op(t(dv).view(), t(db).view(), Some(dd.view())), op(t(av).view(), t(ab).view(), Some(add.view())), st.grad_w, out);
+            let t = [dv, db, do_d.slice(s![r.clone(), ..]), av, ab, a_d.slice(s![r, ..])].map(transposed);
+            let fed = gemm_stage_into(&plans.wgrad2, op(t[0].view(), t[1].view(), Some(t[2].view())), op(t[3].view(), t[4].view(), Some(t[5].view())), st.grad_w, out);
+            t.into_iter().for_each(crate::scratch::give_array);
+            keep_q(fed, false);
         })
     });
 
@@ -594,7 +611,9 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
             let (dv, db) = rows_of(&dh, r.clone());
             let wt = transposed(w13_v.index_axis(Axis(0), e));
             let wtb = bound_t(&w13_b, &zero, e, (2 * id, hd));
-            keep_q(gemm_stage_into(&plans.dgrad1, op(dv, db, Some(dh_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.dx_rows, out), false)
+            let fed = gemm_stage_into(&plans.dgrad1, op(dv, db, Some(dh_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.dx_rows, out);
+            crate::scratch::give_array(wt);
+            keep_q(fed, false)
         })
     });
     if keep_quantised {
@@ -608,9 +627,10 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&dh, r.clone());
             let (xv, xb) = rows_of(&x_rows, r.clone());
-            let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
-            let dd = t(dh_d.slice(s![r, ..]));
-            gemm_stage_into(&plans.wgrad1, op(t(dv).view(), t(db).view(), Some(dd.view())), op(t(xv).view(), t(xb).view(), None), st.grad_w, out);
+            let t = [dv, db, dh_d.slice(s![r, ..]), xv, xb].map(transposed);
+            let fed = gemm_stage_into(&plans.wgrad1, op(t[0].view(), t[1].view(), Some(t[2].view())), op(t[3].view(), t[4].view(), None), st.grad_w, out);
+            t.into_iter().for_each(crate::scratch::give_array);
+            keep_q(fed, false);
         })
     });
 

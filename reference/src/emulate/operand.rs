@@ -190,8 +190,7 @@ impl OperandPlan {
         let s_hi = amax_hi.mapv(|a| self.scale_hi(a));
         let s_lo = amax_lo.mapv(|a| self.scale_lo(a));
         let sat = self.can_saturate();
-        let mut m = Array2::<f64>::zeros((rows, cols));
-        let mut t = Array2::<f64>::zeros((rows, cols));
+        let (mut m, mut t) = (crate::scratch::zeros2(rows, cols), crate::scratch::zeros2(rows, cols));
         for (r, (((vr, er), mut mr), mut tr)) in v.rows().into_iter().zip(e.rows()).zip(m.rows_mut()).zip(t.rows_mut()).enumerate() {
             for j in 0..gc {
                 let b = (r / br, j);
@@ -278,7 +277,7 @@ impl OperandPlan {
             let (hi_m, lo_m) = magnitude_bounds(v, d, 1.0);
             self.fed_error(hi_m.view(), lo_m.view()) + &d
         });
-        Array2::from_shape_fn((rows, cols), |(r, c)| {
+        let element = |(r, c): (usize, usize)| {
             let b = self.block_of(r, c);
             let (s_lo, s_hi, fallback) = scales[b];
             if fallback {
@@ -300,6 +299,10 @@ impl OperandPlan {
             } else {
                 (dy + spacing(fmt, y.abs() + dy)) * s_hi + scale_move
             }
-        })
+        };
+        // Operand-sized per expert: in this thread's reused memory ([`crate::scratch`]).
+        let mut out = crate::scratch::zeros2(rows, cols);
+        Zip::indexed(&mut out).for_each(|rc, o| *o = element(rc));
+        out
     }
 }

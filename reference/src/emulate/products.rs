@@ -87,6 +87,11 @@ pub struct Products<'a> {
 }
 
 impl<'a> Products<'a> {
+    /// Give the tile buffers to this thread's next stage ([`crate::scratch`]; a stage runs per expert).
+    pub fn recycle(self) {
+        self.bufs.into_iter().chain([self.stacked]).for_each(crate::scratch::give_array);
+    }
+
     /// The slot of the product `a·bᵀ` (a new one unless the same pair of ids is already there).
     pub fn add(&mut self, a: Operand<'a>, b: Operand<'a>) -> usize {
         if let Some(i) = self.pairs.iter().position(|(x, y)| x.id == a.id && y.id == b.id) {
@@ -122,14 +127,14 @@ impl<'a> Products<'a> {
                 self.bufs.push(Array2::zeros((0, 0)));
             }
             if self.bufs[used].dim().0 < height || self.bufs[used].ncols() != n {
-                self.bufs[used] = Array2::zeros((height, n));
+                self.bufs[used] = crate::scratch::zeros2(height, n);
             }
             let out = self.bufs[used].slice_mut(s![..height, ..]);
             if let [only] = group[..] {
                 abs_gemm_into(self.pairs[only].0.v.slice(s![rows.clone(), ..]), b.v, out);
             } else {
                 if self.stacked.nrows() < height || self.stacked.ncols() != k {
-                    self.stacked = Array2::zeros((height, k));
+                    self.stacked = crate::scratch::zeros2(height, k);
                 }
                 for (q, &j) in group.iter().enumerate() {
                     self.stacked.slice_mut(s![q * t..(q + 1) * t, ..]).assign(&self.pairs[j].0.v.slice(s![rows.clone(), ..]));

@@ -264,7 +264,11 @@ impl BoundOperand {
                 // codes and scales ([`OperandPlan::fed_deviation`] gives zeros, unless a scale is NaN).
                 let unmoved = all_zero(&d) && q.scale.iter().all(|s| !s.is_nan());
                 let fd = (!unmoved).then(|| p.fed_deviation(v, d, q));
-                let f1 = fd.filter(|fd| !all_zero(&fd.view())).map(|fd| &f + &fd);
+                // f + fd written over fd (same operands, same order: the bits of `&f + &fd`).
+                let f1 = fd.filter(|fd| !all_zero(&fd.view())).map(|mut fd| {
+                    fd.zip_mut_with(&f, |d, &f| *d = f + *d);
+                    fd
+                });
                 (Some(f), f1)
             }
             (Some(d), ..) => {
@@ -293,6 +297,12 @@ impl BoundOperand {
     /// Whether the fed operand has no deviation.
     fn exact(&self) -> bool {
         self.f1.is_none()
+    }
+
+    /// Give the arrays (weight-sized per expert) to this thread's next stage ([`crate::scratch`]).
+    fn recycle(self) {
+        let BoundOperand { m, t, f, f1 } = self;
+        [Some(m), t, f, f1].into_iter().flatten().for_each(crate::scratch::give_array);
     }
 }
 
@@ -363,7 +373,9 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
             let db = qb.as_ref().map(|q| q.dequantize());
             let fa = da.as_ref().map_or(a, |d| d.view());
             let fb = db.as_ref().map_or(b, |d| d.view());
-            accum::gemm_nt_into(&model, fa, fb, None, raw.view_mut())
+            accum::gemm_nt_into(&model, fa, fb, None, raw.view_mut());
+            // Weight-sized per expert: kept for the thread's next stage ([`crate::scratch`]).
+            [da, db].into_iter().flatten().for_each(crate::scratch::give_array);
         }
     }
 
@@ -533,6 +545,9 @@ pub fn gemm_stage_into<B: BoundElem>(plan: &GemmPlan, a: StageIn, b: StageIn, st
             st.round_all(v_row);
         }
     }
+    products.recycle();
+    oa.recycle();
+    ob.recycle();
     Fed { qa, qb }
 }
 

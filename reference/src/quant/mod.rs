@@ -69,7 +69,7 @@ pub fn quantize(x: ArrayView2<f64>, spec: &QuantSpec) -> QuantTensor {
     let (rows, cols) = x.dim();
     let (gr, gc) = spec.block.grid(rows, cols);
     let (br, bc) = spec.block.dims();
-    let mut q = vec![0.0f64; rows * cols];
+    let mut q = crate::scratch::filled(rows * cols, 0.0f64); // per-expert weight codes: see `scratch`
     let mut scale = vec![0.0f64; gr * gc];
     let mut codes = vec![0u8; gr * gc];
     if rows > 0 && cols > 0 {
@@ -228,7 +228,7 @@ impl QuantTensor {
     fn scaled(&self, f: impl Fn(f64) -> f64) -> Array2<f64> {
         let (rows, cols) = self.q.dim();
         let (br, bc) = self.spec.block.dims();
-        let mut out = Array2::<f64>::zeros((rows, cols));
+        let mut out = crate::scratch::zeros2(rows, cols); // weight-sized per expert: see `scratch`
         for (r, (qr, mut or)) in self.q.rows().into_iter().zip(out.rows_mut()).enumerate() {
             for (j, s) in self.scale.row(r / br).iter().enumerate() {
                 for c in j * bc..((j + 1) * bc).min(cols) {
