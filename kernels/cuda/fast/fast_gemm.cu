@@ -90,13 +90,20 @@ __device__ __forceinline__ int swz(int line, int chunk) {
 }
 
 // SwiGLU in f32 on bf16-valued inputs; the same code in forward and backward, so the backward's recomputed
-// A is bit-identical to the stored forward A.
-__device__ __forceinline__ float swiglu_f(float g, float u, float alpha, float limit) {
-    if (limit < 0.0f) return g / (1.0f + expf(-g)) * u;
+// A is bit-identical to the stored forward A. The forward (swiglu_f_div) and the combined forward and
+// backward (swiglu_fb_div) take the division as a parameter: `/` (div.rn.f32) for swiglu_f and swiglu_fb, or
+// div_rn_in_range for the _in_range versions; `clamped` is !(limit < 0) (plain SwiGLU when limit < 0).
+struct DivRn {
+    __device__ __forceinline__ float operator()(float x, float d) const { return x / d; }
+};
+template <class Div>
+__device__ __forceinline__ float swiglu_f_div(float g, float u, float alpha, float limit, bool clamped, Div div) {
+    if (!clamped) return div(g, 1.0f + expf(-g)) * u;
     g = fminf(g, limit);
     u = fminf(fmaxf(u, -limit), limit);
-    return g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+    return div(g, 1.0f + expf(-alpha * g)) * (u + 1.0f);
 }
+__device__ __forceinline__ float swiglu_f(float g, float u, float alpha, float limit) { return swiglu_f_div(g, u, alpha, limit, !(limit < 0.0f), DivRn{}); }
 __device__ __forceinline__ void swiglu_b(float g, float u, float d, float alpha, float limit, float& dg, float& du) {
     if (limit < 0.0f) {
         float s = 1.0f / (1.0f + expf(-g));
@@ -113,21 +120,25 @@ __device__ __forceinline__ void swiglu_b(float g, float u, float d, float alpha,
 
 // swiglu_f and swiglu_b of one element with their common exponential and denominator evaluated once: a gets
 // swiglu_f's value, dg and du swiglu_b's, bit for bit (the same expressions on the same operands).
-__device__ __forceinline__ void swiglu_fb(float g, float u, float d, float alpha, float limit, float& a, float& dg, float& du) {
-    if (limit < 0.0f) {
+template <class Div>
+__device__ __forceinline__ void swiglu_fb_div(float g, float u, float d, float alpha, float limit, bool clamped, Div div, float& a, float& dg, float& du) {
+    if (!clamped) {
         const float den = 1.0f + expf(-g);
-        a = g / den * u;
-        const float s = 1.0f / den;
+        a = div(g, den) * u;
+        const float s = div(1.0f, den);
         dg = d * u * (s * (1.0f + g * (1.0f - s)));
         du = d * (g * s);
     } else {
         const float gc = fminf(g, limit), uc = fminf(fmaxf(u, -limit), limit);
         const float den = 1.0f + expf(-alpha * gc);
-        a = gc / den * (uc + 1.0f);
-        const float s = 1.0f / den;
+        a = div(gc, den) * (uc + 1.0f);
+        const float s = div(1.0f, den);
         dg = g > limit ? 0.0f : d * (uc + 1.0f) * (s * (1.0f + alpha * gc * (1.0f - s)));
         du = fabsf(u) > limit ? 0.0f : d * (gc * s);
     }
+}
+__device__ __forceinline__ void swiglu_fb(float g, float u, float d, float alpha, float limit, float& a, float& dg, float& du) {
+    swiglu_fb_div(g, u, d, alpha, limit, !(limit < 0.0f), DivRn{}, a, dg, du);
 }
 
 // x / d rounded to nearest (div.rn.f32's value) without a branch, for d in [1, 2^60] and |x| in [2^-60, 2^60]
@@ -135,7 +146,7 @@ __device__ __forceinline__ void swiglu_fb(float g, float u, float d, float alpha
 // emits as div.rn's fast path (MUFU.RCP, then four FMAs), which is correctly rounded wherever no operand,
 // quotient or remainder is subnormal or near overflow; the compiler's own version guards it with a range
 // check and a branch to a slow path per division, and those branches cut the SwiGLU epilogue into one short
-// dependent chain per element.
+// dependent chain per element. Checked bit for bit against IEEE division in tests/division_sequence.rs.
 __device__ __forceinline__ float div_rn_in_range(float x, float d, bool& ok) {
     float r;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
@@ -145,35 +156,27 @@ __device__ __forceinline__ float div_rn_in_range(float x, float d, bool& ok) {
     ok = d >= 1.0f && d <= 0x1p60f && ax >= 0x1p-60f && ax <= 0x1p60f;
     return __fmaf_rn(r, __fmaf_rn(-d, q, x), q);
 }
-// swiglu_f's value where ok (the same operations, the division by div_rn_in_range; the denominator is >= 1),
-// with the activation (limit < 0: plain, else clamped) fixed at compile time, so that a box of them is one
-// branch-free block.
+// The division of the _in_range versions: div_rn_in_range, clearing *ok when an operand is out of its range.
+struct DivInRange {
+    bool* ok;
+    __device__ __forceinline__ float operator()(float x, float d) const {
+        bool in;
+        const float q = div_rn_in_range(x, d, in);
+        *ok = *ok && in;
+        return q;
+    }
+};
+// swiglu_f's and swiglu_fb's values where ok (every division in range), with the activation fixed at compile
+// time, so that a box of them is one branch-free block.
 template <bool CLAMPED>
 __device__ __forceinline__ float swiglu_f_in_range(float g, float u, float alpha, float limit, bool& ok) {
-    if (!CLAMPED) return div_rn_in_range(g, 1.0f + expf(-g), ok) * u;
-    g = fminf(g, limit);
-    u = fminf(fmaxf(u, -limit), limit);
-    return div_rn_in_range(g, 1.0f + expf(-alpha * g), ok) * (u + 1.0f);
+    ok = true;
+    return swiglu_f_div(g, u, alpha, limit, CLAMPED, DivInRange{&ok});
 }
-// swiglu_fb's values where ok (both divisions in range; same operations otherwise).
 template <bool CLAMPED>
 __device__ __forceinline__ void swiglu_fb_in_range(float g, float u, float d, float alpha, float limit, float& a, float& dg, float& du, bool& ok) {
-    bool ok_a, ok_s;
-    if (!CLAMPED) {
-        const float den = 1.0f + expf(-g);
-        a = div_rn_in_range(g, den, ok_a) * u;
-        const float s = div_rn_in_range(1.0f, den, ok_s);
-        dg = d * u * (s * (1.0f + g * (1.0f - s)));
-        du = d * (g * s);
-    } else {
-        const float gc = fminf(g, limit), uc = fminf(fmaxf(u, -limit), limit);
-        const float den = 1.0f + expf(-alpha * gc);
-        a = div_rn_in_range(gc, den, ok_a) * (uc + 1.0f);
-        const float s = div_rn_in_range(1.0f, den, ok_s);
-        dg = g > limit ? 0.0f : d * (uc + 1.0f) * (s * (1.0f + alpha * gc * (1.0f - s)));
-        du = fabsf(u) > limit ? 0.0f : d * (gc * s);
-    }
-    ok = ok_a && ok_s;
+    ok = true;
+    swiglu_fb_div(g, u, d, alpha, limit, CLAMPED, DivInRange{&ok}, a, dg, du);
 }
 
 // A_T: A stored M-contiguous ([k][m] tile), else K-contiguous ([m][k] tile). B_T: B stored N-contiguous ([k][n]

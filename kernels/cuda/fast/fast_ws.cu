@@ -303,8 +303,8 @@ __device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const T
     }
 }
 
-// A's stmatrix fragments r[jp][i] of box bx (see ws_store_swiglu_tma): f(gate pair, up pair) -> A pair, each
-// a bf16x2 of the fragment's two elements.
+// The stmatrix fragments r[jp][i] of box bx (see ws_store_swiglu_tma): f(gate pair, up pair) -> the box's pair
+// (the gate's, the up's, or A's), each a bf16x2 of the fragment's two elements.
 template <class F>
 __device__ __forceinline__ void ws_a_fragments(const float* d, int bx, unsigned (&r)[4][4], F f) {
 #pragma unroll
@@ -343,13 +343,7 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
                     unsigned r[4][4];  // [jp][i]: the box's stmatrix fragments
                     bool all_ok = true;
                     if (part < 2) {
-#pragma unroll
-                        for (int jp = 0; jp < 4; ++jp)
-#pragma unroll
-                            for (int i = 0; i < 4; ++i) {
-                                const int e = 4 * (8 * bx + 2 * jp + (i >> 1)) + 2 * (i & 1) + (part == 1 ? 64 : 0);
-                                r[jp][i] = pack_bf16x2(d[e], d[e + 1]);
-                            }
+                        ws_a_fragments(d, bx, r, [&](unsigned g, unsigned u) { return part == 0 ? g : u; });
                     } else if (p.clamp_limit < 0.0f) {
                         all_ok = ws_swiglu_box_in_range<false>(d, bx, p.alpha, p.clamp_limit, r);
                     } else {
