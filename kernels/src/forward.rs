@@ -47,7 +47,8 @@ fn to_i32(n: usize, what: &str) -> Result<i32, GpuError> {
     i32::try_from(n).map_err(|_| GpuError::Input(format!("{what} = {n} does not fit an i32")))
 }
 
-fn bits(v: &[f64]) -> Vec<u16> {
+/// bf16 values (as f64) to their bits.
+pub(crate) fn bits(v: &[f64]) -> Vec<u16> {
     v.iter().map(|&x| bf16::from_f64(x).to_bits()).collect()
 }
 

@@ -5,38 +5,27 @@
 //! fails with REQUIRE_GPU=1.
 
 use cudarc::driver::CudaSlice;
-use moe_kernels::check::case;
-use moe_kernels::fast::check::{check, HostCase, Scope};
-use moe_kernels::fast::{FastDims, FastKernels};
+use moe_kernels::fast::case::FastCase;
+use moe_kernels::fast::check::{check, Scope};
+use moe_kernels::fast::FastKernels;
 use moe_kernels::{gpu_for_test, Gpu, GpuError, MoeInputs, MoeLayer};
 use moe_reference::config::Activation;
 
-fn bits(v: &[f64]) -> Vec<u16> {
-    v.iter().map(|&x| half::bf16::from_f64(x).to_bits()).collect()
-}
-
-/// x, w13, w2, dy (bf16 bits), topk_ids, topk_weights on the host.
-type Host = (Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>, Vec<i32>, Vec<f32>);
-/// The same on the device.
+/// x, w13, w2, dy (bf16 bits), topk_ids, topk_weights on the device.
 type Dev = (CudaSlice<u16>, CudaSlice<u16>, CudaSlice<u16>, CudaSlice<u16>, CudaSlice<i32>, CudaSlice<f32>);
 
-/// A case's host values and its device copies.
+/// A case's host values and their device copies.
 struct Case {
-    dims: FastDims,
-    act: Activation,
-    host: Host,
+    host: FastCase,
     dev: Dev,
 }
 
 #[allow(clippy::too_many_arguments)]
 fn make(gpu: &Gpu, seed: u64, t: usize, h: usize, i: usize, e: usize, k: usize, act: Activation, unused: f64) -> Case {
-    let (_cfg, x, w13, w2, ids, w) = case(seed, t, h, i, e, k, act, unused);
-    let mut g = moe_kernels::check::Gen(seed.wrapping_mul(31).wrapping_add(7) | 1);
-    let dy: Vec<f64> = (0..t * h).map(|_| g.bf16(0.5)).collect();
-    let host = (bits(x.as_slice().unwrap()), bits(w13.as_slice().unwrap()), bits(w2.as_slice().unwrap()), bits(&dy), ids.iter().copied().collect::<Vec<i32>>(), w.iter().copied().collect::<Vec<f32>>());
+    let host = FastCase::new(seed, t, h, i, e, k, act, unused);
     let s = &gpu.stream;
-    let dev = (s.clone_htod(&host.0).unwrap(), s.clone_htod(&host.1).unwrap(), s.clone_htod(&host.2).unwrap(), s.clone_htod(&host.3).unwrap(), s.clone_htod(&host.4).unwrap(), s.clone_htod(&host.5).unwrap());
-    Case { dims: FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k }, act, host, dev }
+    let dev = (s.clone_htod(&host.x).unwrap(), s.clone_htod(&host.w13).unwrap(), s.clone_htod(&host.w2).unwrap(), s.clone_htod(&host.dy).unwrap(), s.clone_htod(&host.ids).unwrap(), s.clone_htod(&host.weights).unwrap());
+    Case { host, dev }
 }
 
 fn inputs(c: &Case) -> MoeInputs<'_> {
@@ -57,7 +46,7 @@ fn moe_layer_matches_the_oracle_on_odd_shapes() {
     let mut checked = 0;
     for (seed, t, h, i, e, k, act, unused) in cases {
         let c = make(&gpu, seed, t, h, i, e, k, act, unused);
-        let mut layer = MoeLayer::new(&gpu, &kern, c.dims, c.act, &inputs(&c)).expect("layer");
+        let mut layer = MoeLayer::new(&gpu, &kern, c.host.dims, c.host.act, &inputs(&c)).expect("layer");
         layer.run().expect("forward + backward");
         let tr = layer.trace().expect("trace");
         // the views the API returns are the buffers the trace read
@@ -73,8 +62,7 @@ fn moe_layer_matches_the_oracle_on_odd_shapes() {
         assert_eq!(s.clone_dtoh(&im.expert_offsets).unwrap(), tr.offsets, "fwd.expert_offsets view");
         assert_eq!(im.row_token.len(), layer.rows());
         // the checker gets the caller's host values, so a wrong device-to-device copy shows as a violation
-        let (x, w13, w2, dy, ids, w) = &c.host;
-        let hc = HostCase { dims: c.dims, act: c.act, x, w13, w2, dy, ids, weights: w };
+        let hc = c.host.host();
         let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads: 2 };
         match check(&hc, &tr, &scope) {
             Ok(r) => {
@@ -104,21 +92,21 @@ fn moe_layer_rejects_bad_inputs() {
     let kern = kernels(&gpu);
     let c = make(&gpu, 21, 5, 16, 24, 4, 2, Activation::Swiglu, 0.0);
     let s = &gpu.stream;
-    let short = s.clone_htod(&c.host.0[..c.host.0.len() - 1]).unwrap();
-    input_error(MoeLayer::new(&gpu, &kern, c.dims, c.act, &MoeInputs { x: &short, ..inputs(&c) }), "x holds 79 values");
-    let mut ids = c.host.4.clone();
+    let short = s.clone_htod(&c.host.x[..c.host.x.len() - 1]).unwrap();
+    input_error(MoeLayer::new(&gpu, &kern, c.host.dims, c.host.act, &MoeInputs { x: &short, ..inputs(&c) }), "x holds 79 values");
+    let mut ids = c.host.ids.clone();
     ids[3] = 4;
     let bad = s.clone_htod(&ids).unwrap();
-    input_error(MoeLayer::new(&gpu, &kern, c.dims, c.act, &MoeInputs { topk_ids: &bad, ..inputs(&c) }), "is not -1 or an expert");
-    let mut ids = c.host.4.clone();
+    input_error(MoeLayer::new(&gpu, &kern, c.host.dims, c.host.act, &MoeInputs { topk_ids: &bad, ..inputs(&c) }), "is not -1 or an expert");
+    let mut ids = c.host.ids.clone();
     ids[1] = ids[0];
     let twice = s.clone_htod(&ids).unwrap();
-    input_error(MoeLayer::new(&gpu, &kern, c.dims, c.act, &MoeInputs { topk_ids: &twice, ..inputs(&c) }), "twice");
+    input_error(MoeLayer::new(&gpu, &kern, c.host.dims, c.host.act, &MoeInputs { topk_ids: &twice, ..inputs(&c) }), "twice");
     // H = 12 is not a multiple of 8: same buffers, dims that fit their lengths
     let d = make(&gpu, 22, 2, 12, 8, 2, 1, Activation::Swiglu, 0.0);
-    input_error(MoeLayer::new(&gpu, &kern, d.dims, d.act, &inputs(&d)), "multiples of 8");
+    input_error(MoeLayer::new(&gpu, &kern, d.host.dims, d.host.act, &inputs(&d)), "multiples of 8");
     // backward without dy
-    let mut layer = MoeLayer::new(&gpu, &kern, c.dims, c.act, &MoeInputs { dy: None, ..inputs(&c) }).expect("forward-only layer");
+    let mut layer = MoeLayer::new(&gpu, &kern, c.host.dims, c.host.act, &MoeInputs { dy: None, ..inputs(&c) }).expect("forward-only layer");
     match layer.backward() {
         Err(GpuError::Input(m)) => assert!(m.contains("needs dy"), "{m}"),
         _ => panic!("backward without dy must be an input error"),

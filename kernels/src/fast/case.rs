@@ -5,6 +5,7 @@
 
 use super::check::HostCase;
 use super::{Engine, FastDims, FastKernels, FastLayer, FastTrace};
+use crate::forward::bits;
 use crate::{Gpu, GpuError};
 use moe_reference::config::Activation;
 
@@ -18,10 +19,6 @@ pub struct FastCase {
     pub dy: Vec<u16>,
     pub ids: Vec<i32>,
     pub weights: Vec<f32>,
-}
-
-fn bits(v: &[f64]) -> Vec<u16> {
-    v.iter().map(|&x| half::bf16::from_f64(x).to_bits()).collect()
 }
 
 impl FastCase {

@@ -53,9 +53,8 @@ impl FastKernels {
         }
         // Experiments only: extra preprocessor definitions, e.g. MOE_FAST_DEFINES="WS_EXP_NO_STORE" (see the
         // WS_EXP_ switches in fast_ws.cu; they break the results on purpose, to time the parts of a kernel).
-        if let Ok(defs) = std::env::var("MOE_FAST_DEFINES") {
-            options.extend(defs.split_whitespace().map(|d| format!("-D{}", d.trim_start_matches("-D"))));
-        }
+        let defines: Vec<String> = std::env::var("MOE_FAST_DEFINES").unwrap_or_default().split_whitespace().map(|d| d.trim_start_matches("-D").to_string()).collect();
+        options.extend(defines.iter().map(|d| format!("-D{d}")));
         let opts = CompileOptions {
             arch: Some(arch),
             fmad: Some(true),
@@ -86,7 +85,7 @@ impl FastKernels {
             }
         }
         let sms = gpu.ctx.attribute(cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
-        let clocks = std::env::var("MOE_FAST_DEFINES").is_ok_and(|d| d.split_whitespace().any(|x| x.trim_start_matches("-D") == "WS_EXP_CLOCKS"));
+        let clocks = defines.iter().any(|d| d == "WS_EXP_CLOCKS");
         Ok(FastKernels { _module: module, functions, stages, arch, wgmma, sms, clocks })
     }
 
