@@ -243,6 +243,12 @@ fn matrix(seed: u64, rows: usize, k: usize, fmt: Format, lo: i32, hi: i32, zeros
     })
 }
 
+/// Positive bf16-valued scales of A's m rows and B's n rows, one per `block` of k (seeds for A and B).
+fn block_scales((seed_a, seed_b): (u64, u64), m: usize, n: usize, k: usize, block: usize) -> (Array2<f64>, Array2<f64>) {
+    let nb = k.div_ceil(block);
+    (matrix(seed_a, m, nb, Format::Bf16, -12, -6, 0).mapv(f64::abs), matrix(seed_b, n, nb, Format::Bf16, -12, -6, 0).mapv(f64::abs))
+}
+
 /// The fast GEMM (both builds, with and without the instruction magnitudes of `gemm_nt_mag_into`)
 /// against the definition, entry by entry and bit for bit.
 fn check_against_definition(model: &Model, a: &Array2<f64>, b: &Array2<f64>, scales: Option<(&Array2<f64>, &Array2<f64>, usize)>) {
@@ -294,14 +300,8 @@ proptest! {
         let a = matrix(seed, m, k, Format::E4M3, lo, hi, zeros);
         let b = matrix(seed ^ 0x1234, n, k, Format::E4M3, lo, hi, zeros);
         check_against_definition(&FP8_FAST, &a, &b, None);
-        if scaled {
-            let nb = k.div_ceil(128);
-            let sa = matrix(seed ^ 7, m, nb, Format::Bf16, -12, -6, 0).mapv(f64::abs);
-            let sb = matrix(seed ^ 9, n, nb, Format::Bf16, -12, -6, 0).mapv(f64::abs);
-            check_against_definition(&FP8, &a, &b, Some((&sa, &sb, 128)));
-        } else {
-            check_against_definition(&FP8, &a, &b, None);
-        }
+        let (sa, sb) = block_scales((seed ^ 7, seed ^ 9), m, n, k, 128);
+        check_against_definition(&FP8, &a, &b, scaled.then_some((&sa, &sb, 128)));
     }
 
     #[test]
@@ -310,15 +310,9 @@ proptest! {
         let hi = (lo + span).min(8);
         let a = matrix(seed, m, k, Format::E4M3, lo, hi, zeros);
         let b = matrix(seed ^ 0x5678, n, k, Format::E4M3, lo, hi, zeros);
-        if scaled {
-            // MX: one scale per 32 k
-            let nb = k.div_ceil(32);
-            let sa = matrix(seed ^ 5, m, nb, Format::Bf16, -12, -6, 0).mapv(f64::abs);
-            let sb = matrix(seed ^ 11, n, nb, Format::Bf16, -12, -6, 0).mapv(f64::abs);
-            check_against_definition(&BLACKWELL, &a, &b, Some((&sa, &sb, 32)));
-        } else {
-            check_against_definition(&BLACKWELL, &a, &b, None);
-        }
+        // MX: one scale per 32 k
+        let (sa, sb) = block_scales((seed ^ 5, seed ^ 11), m, n, k, 32);
+        check_against_definition(&BLACKWELL, &a, &b, scaled.then_some((&sa, &sb, 32)));
     }
 
     #[test]
