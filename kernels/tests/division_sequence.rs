@@ -1,4 +1,5 @@
-//! The branch-free division of `fast_ws.cu` (`div_rn_in_range`, behind `WS_SWIGLU_DIV_IN_RANGE`) claims that
+//! The branch-free division of `fast_ws.cu` (`div_rn_in_range`, GEMM1's SwiGLU epilogue
+//! by default since session 8; `WS_SWIGLU_DIV_STANDARD` switches back to `/`) claims that
 //! for d in [1, 2^60] and |x| in [2^-60, 2^60] the sequence
 //!     r = rcp.approx(d); r = fma(r, fma(-d, r, 1), r); q = x * r; q = fma(r, fma(-d, q, x), q)
 //! gives x / d rounded to nearest, bit for bit, so that the kernels' A stays what `/` (div.rn.f32) gives.

@@ -13,9 +13,8 @@
 #   VARIANTS="WS_GEMM1_TMA=0;WS_EXP_NO_STORE" bash kernels/tools/device_call.sh
 #       (each ;-separated MOE_FAST_DEFINES set timed on 30b first, without the baseline; see fast_ws.cu; and its
 #       outputs on a small golden case compared bitwise with the default's)
-#   Next to try (session 7, prepared, not yet run):
-#   VARIANTS="WS_SWIGLU_DIV_IN_RANGE;FC_SWIGLU_BWD_IN_RANGE;WS_SWIGLU_DIV_IN_RANGE FC_SWIGLU_BWD_IN_RANGE" BENCH_ONLY=1 ...
 #   BENCH_ONLY=1 bash kernels/tools/device_call.sh          (skip the tests, sanitizer and fuzzing)
+#   NO_BENCH=1 ...                                          (skip the two benches against the baseline)
 # Budget: about 6 minutes with everything (racecheck alone 70-150 s, the two baseline benches ~2 minutes).
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export REQUIRE_GPU=1
@@ -55,11 +54,12 @@ if [ -n "${VARIANTS:-}" ]; then
             echo "OUTPUTS ON THE VARIANT CASE DIFFER FROM THE DEFAULT'S"
         fi
         MOE_FAST_DEFINES="$d" timeout 60 $B/moe-oracle bench-gpu --preset qwen3-30b-a3b --tokens 16384 --engines ws \
-            --check-tokens 1 --check-wgrad 64 --reps 5 2>&1 | grep -E "fast forward|^  [gdw]|error|oracle"
+            --check-tokens 1 --check-wgrad 64 --reps 5 2>&1 | grep -E "fast forward|^  [gdws]|error|oracle"
     done
 fi
 
 for preset in qwen3-30b-a3b qwen3-235b-a22b; do
+    [ -n "${NO_BENCH:-}" ] && break
     left 110 || break
     timeout 110 $B/moe-oracle bench-gpu --preset $preset --tokens 16384 --engines ws --check-tokens 2 --check-wgrad 128 \
         --reps 10 --baseline .gpu/bench/torch_moe_baseline.py > "$OUT/bench-$preset.log" 2>&1

@@ -20,15 +20,18 @@ extern "C" __global__ void fr_count(const int* __restrict__ ids, int slots, int 
 }
 
 // One block. counts [chunks][E] becomes each chunk's first row per expert (in place); offsets [E + 1];
-// tiles [i] = (expert, first row, end row) of 128-row tiles, expert by expert; tile_count.
+// tiles [i] = (expert, first row, end row) of 128-row tiles, expert by expert; tile_count; and tiles2 /
+// tile_count2 the same with each expert's tiles padded to an even count by an empty tile (end, end), for the
+// persistent GEMMs run by clusters of two blocks (a cluster's two row tiles are then always one expert's).
 // The chunks of each expert are cut into P parts, one thread each (P = threads / E), so that the block's
 // threads all load: first each part's total, then each part's rows from the totals of the parts before it
-// (integer sums: exact in any order). Dynamic shared memory: 2 E + max(threads, E) ints.
+// (integer sums: exact in any order). Dynamic shared memory: 3 E + max(threads, E) ints.
 #define FR_SCAN_BATCH 8
 extern "C" __global__ void fr_scan(int* __restrict__ counts, int chunks, int experts, int* __restrict__ offsets,
-                                   int* __restrict__ tiles, int* __restrict__ tile_count) {
-    extern __shared__ int s_tot[];  // [2 * E]: totals, then tile starts; then [P][E] part totals
-    int* s_part = s_tot + 2 * experts;
+                                   int* __restrict__ tiles, int* __restrict__ tile_count, int* __restrict__ tiles2,
+                                   int* __restrict__ tile_count2) {
+    extern __shared__ int s_tot[];  // [3 * E]: totals, tile starts, padded tile starts; then [P][E] part totals
+    int* s_part = s_tot + 3 * experts;
     const int parts = max(1, min((int)blockDim.x / max(experts, 1), chunks)), per = (chunks + parts - 1) / parts;
     for (int i = threadIdx.x; i < parts * experts; i += blockDim.x) {
         const int e = i % experts, part = i / experts, c1 = min(chunks, (part + 1) * per);
@@ -56,24 +59,33 @@ extern "C" __global__ void fr_scan(int* __restrict__ counts, int chunks, int exp
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        int off = 0, t = 0;
+        int off = 0, t = 0, t2 = 0;
         for (int e = 0; e < experts; ++e) {
-            int k = s_tot[e];
+            int k = s_tot[e], n = (k + FR_TILE_M - 1) / FR_TILE_M;
             offsets[e] = off;
             s_tot[experts + e] = t;
+            s_tot[2 * experts + e] = t2;
             off += k;
-            t += (k + FR_TILE_M - 1) / FR_TILE_M;
+            t += n;
+            t2 += n + (n & 1);
         }
         offsets[experts] = off;
         *tile_count = t;
+        *tile_count2 = t2;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < experts; e += blockDim.x) {
         int start = offsets[e], end = start + s_tot[e], t = s_tot[experts + e];
-        for (int r = start; r < end; r += FR_TILE_M, ++t) {
-            tiles[3 * t] = e;
-            tiles[3 * t + 1] = r;
-            tiles[3 * t + 2] = min(r + FR_TILE_M, end);
+        int t2 = s_tot[2 * experts + e];
+        for (int r = start; r < end; r += FR_TILE_M, ++t, ++t2) {
+            tiles[3 * t] = tiles2[3 * t2] = e;
+            tiles[3 * t + 1] = tiles2[3 * t2 + 1] = r;
+            tiles[3 * t + 2] = tiles2[3 * t2 + 2] = min(r + FR_TILE_M, end);
+        }
+        if ((t2 - s_tot[2 * experts + e]) & 1) {  // the pad: an empty tile of the same expert
+            tiles2[3 * t2] = e;
+            tiles2[3 * t2 + 1] = end;
+            tiles2[3 * t2 + 2] = end;
         }
     }
 }

@@ -407,23 +407,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) wg_wgrad(const FastGemmPara
 extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn(const FastGemmParams p) { WG_BODY_BMN(EPI_STORE) }
 extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn_f32(const FastGemmParams p) { WG_BODY_BMN(EPI_STORE_F32) }
 
-// Element j (0..7) of 4 words of bf16 pairs (low half first), as f32.
-__device__ __forceinline__ float bf16_elem(const unsigned (&w)[4], int j) { return bf16_to_f32((bf16_t)(j & 1 ? w[j >> 1] >> 16 : w[j >> 1] & 0xffffu)); }
-// swiglu_fb of a chunk's 8 elements (gate and up words, dA_raw values, routing weight w) by swiglu_fb_in_range;
-// false if an operand was out of its range (then the chunk is to be recomputed with swiglu_fb).
-template <bool CLAMPED>
-__device__ __forceinline__ bool swiglu_bwd8_in_range(const unsigned (&gw)[4], const unsigned (&uw)[4], const float (&dv)[8], float w, float alpha, float limit, float (&af)[8],
-                                                     float (&gg)[8], float (&uu)[8]) {
-    bool all_ok = true;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        bool ok;
-        swiglu_fb_in_range<CLAMPED>(bf16_elem(gw, j), bf16_elem(uw, j), w * dv[j], alpha, limit, af[j], gg[j], uu[j], ok);
-        all_ok = all_ok && ok;
-    }
-    return all_ok;
-}
-
 // SwiGLU backward on whole rows, one warp per row, from dA_raw = dY[token]·W2 (f32, unweighted): dA = w·dA_raw,
 // A recomputed from H exactly as the forward did, dH and A' = w·A stored in bf16, and the routing-weight
 // gradient's row sum <dA_raw, A> into ds_row[r]: each lane sums its 8-column chunks (columns 8 lane + 256 i)
@@ -447,27 +430,6 @@ extern "C" __global__ void fc_swiglu_bwd_rows(const float* __restrict__ da_raw, 
         const float dv[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
         const unsigned gw[4] = {gp.x, gp.y, gp.z, gp.w}, uw[4] = {up.x, up.y, up.z, up.w};
         unsigned dg[4], du[4], ap[4];
-#ifdef FC_SWIGLU_BWD_IN_RANGE  // (experiment, not yet timed) the chunk's 8 elements without a branch per element
-        float af[8], gg[8], uu[8];
-        const bool ok = clamp_limit < 0.0f ? swiglu_bwd8_in_range<false>(gw, uw, dv, w, alpha, clamp_limit, af, gg, uu)
-                                           : swiglu_bwd8_in_range<true>(gw, uw, dv, w, alpha, clamp_limit, af, gg, uu);
-        if (!ok)  // rare: an operand out of range; the chunk again with swiglu_fb
-#pragma unroll
-            for (int j = 0; j < 8; ++j) swiglu_fb(bf16_elem(gw, j), bf16_elem(uw, j), w * dv[j], alpha, clamp_limit, af[j], gg[j], uu[j]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            dg[i] = du[i] = ap[i] = 0;
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const int j = 2 * i + c;
-                float a = bf16_to_f32(f32_to_bf16(af[j]));
-                rowdot = fmaf(dv[j], a, rowdot);
-                dg[i] |= (unsigned)f32_to_bf16(gg[j]) << (16 * c);
-                du[i] |= (unsigned)f32_to_bf16(uu[j]) << (16 * c);
-                ap[i] |= (unsigned)f32_to_bf16(w * a) << (16 * c);
-            }
-        }
-#else
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             dg[i] = du[i] = ap[i] = 0;
@@ -484,7 +446,6 @@ extern "C" __global__ void fc_swiglu_bwd_rows(const float* __restrict__ da_raw, 
                 ap[i] |= (unsigned)f32_to_bf16(w * a) << (16 * c);
             }
         }
-#endif
         *(uint4*)(dhrow + q) = make_uint4(dg[0], dg[1], dg[2], dg[3]);
         *(uint4*)(dhrow + inter + q) = make_uint4(du[0], du[1], du[2], du[3]);
         *(uint4*)(arow + q) = make_uint4(ap[0], ap[1], ap[2], ap[3]);

@@ -83,6 +83,64 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     }
 }
 
+// Clusters of WS_CLUSTER blocks (1 or 2; the host launches with the same cluster dimension, see
+// FastKernels::cluster): the blocks of a cluster take tiles with the same expert, column tile and k range and
+// adjacent row tiles, in lockstep, and each loads only its share of the B tile, multicast into the shared memory
+// of both (the B tile then crosses from L2 once per cluster instead of once per block: 32 KiB of the 48 KiB
+// per block and k-tile become 16). A stage may be refilled only when the consumers of both blocks have read
+// it, so each consumer warp arrives on the empty barriers of both blocks.
+#ifndef WS_CLUSTER
+#define WS_CLUSTER 1
+#endif
+static_assert(WS_CLUSTER == 1 || WS_CLUSTER == 2, "WS_CLUSTER is 1 or 2");
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+// every thread of every block of the cluster (release: this block's earlier writes and barrier inits, acquire: the others')
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// Arrive on the barrier at shared-memory offset bar of cluster block cta (this block's own too).
+__device__ __forceinline__ void mbar_arrive_cta(unsigned bar, unsigned cta) {
+// The default .release.cta semantics, as CUTLASS's ClusterBarrier::arrive: with .release.cluster (session 8,
+// WS_CLUSTER_ARRIVE_RELEASE_CLUSTER) the clustered 30b fwd+bwd took 12.3 ms against 8.3.
+#ifdef WS_CLUSTER_ARRIVE_RELEASE_CLUSTER
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
+                 : "memory");
+#else
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta) : "memory");
+#endif
+}
+// A consumer warp's release of a stage (warp wq of its warpgroup, after its wgmma.wait_group): lane 0 arrives on
+// its own block's empty barrier and (clusters) on the partner's. WS_WG_RELEASE (experiment): one arrival per
+// warpgroup and block instead of one per warp (CUTLASS's sm90 pipelines do so: a warpgroup's wgmma complete
+// together), lane 0 of warp c arriving on block c's barrier.
+#ifdef WS_WG_RELEASE
+#define WS_RELEASES_PER_WG 1
+#else
+#define WS_RELEASES_PER_WG 4
+#endif
+__device__ __forceinline__ void ws_release(unsigned bar, int wq, int lane) {
+    if (lane != 0) return;
+#ifdef WS_WG_RELEASE
+    if (wq >= WS_CLUSTER) return;
+#if WS_CLUSTER > 1
+    mbar_arrive_cta(bar, wq);
+#else
+    mbar_arrive(bar);
+#endif
+#else
+#if WS_CLUSTER > 1
+#pragma unroll
+    for (unsigned c = 0; c < WS_CLUSTER; ++c) mbar_arrive_cta(bar, c);
+#else
+    mbar_arrive(bar);
+#endif
+#endif
+}
+
 // One output tile of the schedule: expert, rows [m0, m_end) (weight gradients: m0 only), columns from n0, the
 // contraction range [k_begin, k_begin + 64 * nk), and (row GEMMs) the column tile's index and count.
 struct WsTile {
@@ -96,16 +154,20 @@ __device__ __forceinline__ int ws_rows_n_tiles(const FastGemmParams& p) {
     const int n_cols = (EPI == EPI_SWIGLU_FWD || EPI == EPI_SWIGLU_FWD_SPLIT) ? 2 * p.inter : p.n_dim;
     return (n_cols + WG_BN - 1) / WG_BN;
 }
+// With clusters, t counts the clusters' units (row-tile pair, column tile), the tile list has each expert's row
+// tiles padded to an even count (fr_scan's second list: the pad is an empty tile, m0 = m_end), and block `rank`
+// of the cluster takes row tile 2 (t / n_tiles) + rank.
 template <int EPI>
 __device__ __forceinline__ int ws_rows_count(const FastGemmParams& p) {
-    return *p.tile_count * ws_rows_n_tiles<EPI>(p);
+    return *p.tile_count / WS_CLUSTER * ws_rows_n_tiles<EPI>(p);
 }
 template <int EPI>
-__device__ __forceinline__ WsTile ws_rows_tile(const FastGemmParams& p, int t) {
+__device__ __forceinline__ WsTile ws_rows_tile(const FastGemmParams& p, int t, int rank) {
     WsTile w;
     w.n_tiles = ws_rows_n_tiles<EPI>(p);
-    const int mt = t / w.n_tiles;
-    w.n_tile = t - mt * w.n_tiles;
+    const int mp = t / w.n_tiles;
+    w.n_tile = t - mp * w.n_tiles;
+    const int mt = mp * WS_CLUSTER + rank;
     const int* tl = p.tiles + 3 * mt;
     w.e = tl[0];
     w.m0 = tl[1];
@@ -116,21 +178,22 @@ __device__ __forceinline__ WsTile ws_rows_tile(const FastGemmParams& p, int t) {
     w.nk = (p.k_dim + WG_BK - 1) / WG_BK;
     return w;
 }
-// Weight gradients: tile t of E x (row tiles of m_dim) x (column tiles of n_dim), k over the expert's rows.
-__device__ __forceinline__ int ws_wgrad_m_tiles(const FastGemmParams& p) { return (p.m_dim + WG_BM - 1) / WG_BM; }
+// Weight gradients: tile t of E x (row tiles of m_dim) x (column tiles of n_dim), k over the expert's rows
+// (clusters: E x row-tile pairs x column tiles; a row tile past m_dim has nothing to compute).
+__device__ __forceinline__ int ws_wgrad_m_tiles(const FastGemmParams& p) { return (p.m_dim + WG_BM * WS_CLUSTER - 1) / (WG_BM * WS_CLUSTER); }
 __device__ __forceinline__ int ws_wgrad_n_tiles(const FastGemmParams& p) { return (p.n_dim + WG_BN - 1) / WG_BN; }
 __device__ __forceinline__ int ws_wgrad_count(const FastGemmParams& p, int experts) {
     return experts * ws_wgrad_m_tiles(p) * ws_wgrad_n_tiles(p);
 }
-__device__ __forceinline__ WsTile ws_wgrad_tile(const FastGemmParams& p, int t) {
+__device__ __forceinline__ WsTile ws_wgrad_tile(const FastGemmParams& p, int t, int rank) {
     const int mts = ws_wgrad_m_tiles(p), nts = ws_wgrad_n_tiles(p);
     WsTile w;
     w.e = t / (mts * nts);
     const int rem = t - w.e * mts * nts;
-    const int mt = rem / nts;
-    w.n_tile = rem - mt * nts;
+    const int mp = rem / nts;
+    w.n_tile = rem - mp * nts;
     w.n_tiles = nts;
-    w.m0 = mt * WG_BM;
+    w.m0 = (mp * WS_CLUSTER + rank) * WG_BM;
     w.m_end = p.m_dim;
     w.n0 = w.n_tile * WG_BN;
     w.k_begin = p.offsets[w.e];
@@ -160,6 +223,37 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc* desc, i
                  "l"((unsigned long long)desc), "r"(c0), "r"(c1), "r"(bar)
                  : "memory");
 }
+// ... the same box into the shared memory of every block in `mask` (same offsets; the bytes complete on each
+// block's barrier at offset bar)
+__device__ __forceinline__ void tma_load_3d_mc(unsigned dst, const TmaDesc* desc, int c0, int c1, int c2, unsigned bar, unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+        "l"((unsigned long long)desc), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
+        : "memory");
+}
+__device__ __forceinline__ void tma_load_2d_mc(unsigned dst, const TmaDesc* desc, int c0, int c1, unsigned bar, unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+                 "l"((unsigned long long)desc), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+                 : "memory");
+}
+// A box of B: into this block only, or (clusters) multicast to the whole cluster.
+__device__ __forceinline__ void tma_b_3d(unsigned dst, const TmaDesc* desc, int c0, int c1, int c2, unsigned bar) {
+#if WS_CLUSTER > 1
+    tma_load_3d_mc(dst, desc, c0, c1, c2, bar, (1u << WS_CLUSTER) - 1);
+#else
+    tma_load_3d(dst, desc, c0, c1, c2, bar);
+#endif
+}
+__device__ __forceinline__ void tma_b_2d(unsigned dst, const TmaDesc* desc, int c0, int c1, unsigned bar, bool mc) {
+#if WS_CLUSTER > 1
+    if (mc) {
+        tma_load_2d_mc(dst, desc, c0, c1, bar, (1u << WS_CLUSTER) - 1);
+        return;
+    }
+#endif
+    tma_load_2d(dst, desc, c0, c1, bar);
+}
+
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 // Named barrier of consumer warpgroup wg (ids 2 and 3; 0 is __syncthreads, 1 the producer's).
 __device__ __forceinline__ void consumer_sync(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory"); }
@@ -339,7 +433,8 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
         for (int bx = 0; bx < 2; ++bx) {
             out.box(
                 [&](unsigned slot) {
-#ifdef WS_SWIGLU_DIV_IN_RANGE  // (experiment, not yet timed) A's boxes without a branch per element
+#ifndef WS_SWIGLU_DIV_STANDARD  // A's boxes without a branch per element (session 8: GEMM1 1.828 -> 1.666 ms on 30b,
+                                // same outputs); WS_SWIGLU_DIV_STANDARD: the per-element swiglu_f, for comparison
                     unsigned r[4][4];  // [jp][i]: the box's stmatrix fragments
                     bool all_ok = true;
                     if (part < 2) {
@@ -404,16 +499,20 @@ struct WsGatherA {
     }
 };
 
-// Row GEMMs: the weight tile by TMA. KIND 0: K-major [E][n rows][K] (GEMM1: a gate and an up box of 128 rows);
-// KIND 1: as stored, [E][K][N], four boxes of 64 columns x 64 k lines (the MN-major blocks).
+// Row GEMMs: the weight tile by TMA. KIND 0: K-major [E][n rows][K] (GEMM1: a gate and an up box of 128 rows;
+// clusters: boxes of 128 rows too); KIND 1: as stored, [E][K][N], four boxes of 64 columns x 64 k lines (the
+// MN-major blocks). With clusters, block `rank` loads its share of the boxes for both blocks.
 template <int EPI, int KIND>
-__device__ __forceinline__ void ws_tma_b(const TmaDesc* tb, const FastGemmParams& p, const WsTile& w, unsigned sB, int k0, unsigned bar) {
+__device__ __forceinline__ void ws_tma_b(const TmaDesc* tb, const FastGemmParams& p, const WsTile& w, unsigned sB, int k0, unsigned bar, int rank) {
+    constexpr int PER = 4 / WS_CLUSTER;  // KIND 1: boxes per block
     if (KIND == 1) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) tma_load_3d(sB + j * 8192, tb, w.n0 + 64 * j, k0, w.e, bar);
+        for (int j = rank * PER; j < rank * PER + PER; ++j) tma_b_3d(sB + j * 8192, tb, w.n0 + 64 * j, k0, w.e, bar);
     } else if (EPI == EPI_SWIGLU_FWD_SPLIT) {
-        tma_load_3d(sB, tb, k0, w.n0 >> 1, w.e, bar);
-        tma_load_3d(sB + 128 * 128, tb, k0, p.inter + (w.n0 >> 1), w.e, bar);
+        if (WS_CLUSTER == 1 || rank == 0) tma_b_3d(sB, tb, k0, w.n0 >> 1, w.e, bar);
+        if (WS_CLUSTER == 1 || rank == 1) tma_b_3d(sB + 128 * 128, tb, k0, p.inter + (w.n0 >> 1), w.e, bar);
+    } else if (WS_CLUSTER > 1) {
+        tma_b_3d(sB + rank * 128 * 128, tb, k0, w.n0 + 128 * rank, w.e, bar);
     } else {
         tma_load_3d(sB, tb, k0, w.n0, w.e, bar);
     }
@@ -479,11 +578,21 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
     if (tid == 0) {
         for (int s = 0; s < WS_STAGES; ++s) {
             mbar_init(full0 + 8 * s, full_count);
-            mbar_init(empty0 + 8 * s, 8);  // lane 0 of every consumer warp, when its wgmma have read the stage
+            // lane 0 of every consumer warp (WS_WG_RELEASE: warpgroup) of every block of the cluster, when its
+            // wgmma have read the stage
+            mbar_init(empty0 + 8 * s, 2 * WS_RELEASES_PER_WG * WS_CLUSTER);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+#if WS_CLUSTER > 1
+    cluster_sync();  // the partner's barriers are initialised before anything arrives on them
+    const int rank = (int)cluster_rank();
+#else
+    const int rank = 0;
+#endif
+    // this block's (cluster's) units: first, first + stride, ...
+    const int first = blockIdx.x / WS_CLUSTER, stride = gridDim.x / WS_CLUSTER;
     const int count = (KIND == 2) ? ws_wgrad_count(p, p.k_dim) : ws_rows_count<EPI>(p);
 
     if (role == 0) {  // producer
@@ -495,8 +604,8 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         WsGatherA gather;
         WsWgrad wgrad;
         const int* gidx = (KIND == 2) ? (p.a_idx ? p.a_idx : p.b_idx) : nullptr;
-        for (int t = blockIdx.x; t < count; t += gridDim.x) {
-            const WsTile w = (KIND == 2) ? ws_wgrad_tile(p, t) : ws_rows_tile<EPI>(p, t);
+        for (int t = first; t < count; t += stride) {
+            const WsTile w = (KIND == 2) ? ws_wgrad_tile(p, t, rank) : ws_rows_tile<EPI>(p, t, rank);
             if (KIND == 2)
                 wgrad.setup(p, w, tid);
             else if (!a_tma)
@@ -534,8 +643,10 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                             mbar_expect_tx(full, tx_bytes);
                             if (a_tma)
                                 for (int j = 0; j < 2; ++j) tma_load_2d(sA + j * 8192, ta, w.m0 + 64 * j, k0, full);
+                            // B, the same for the cluster's blocks: each loads its share for all (the
+                            // partner's share arrives on this block's barrier)
                             if (b_tma)
-                                for (int j = 0; j < 4; ++j) tma_load_2d(sB + j * 8192, tb, w.n0 + 64 * j, k0, full);
+                                for (int j = rank * (4 / WS_CLUSTER); j < (rank + 1) * (4 / WS_CLUSTER); ++j) tma_b_2d(sB + j * 8192, tb, w.n0 + 64 * j, k0, full, true);
                         } else {
                             mbar_arrive(full);
                         }
@@ -546,7 +657,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                     if (tid == 0) {
                         mbar_expect_tx(full, tx_bytes);
                         if (a_tma) tma_load_2d(sA, ta, k0, w.m0, full);
-                        ws_tma_b<EPI, KIND>(tb, p, w, sB, k0, full);
+                        ws_tma_b<EPI, KIND>(tb, p, w, sB, k0, full, rank);
                     }
                     if (!a_tma) {
                         gather.load(p, sA, k0, tid);
@@ -564,7 +675,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         WsOut out{sbase + WS_STAGES * WG_STAGE_BYTES + wg * WS_STAGE_OUT_BYTES, 0u, wg, leader};
         const int r_in = wg * 64 + wq * 16 + (lane >> 2), c_in = (lane & 3) * 2;
         unsigned it = 0;
-        const auto tile = [&](int t) { return (KIND == 2) ? ws_wgrad_tile(p, t) : ws_rows_tile<EPI>(p, t); };
+        const auto tile = [&](int t) { return (KIND == 2) ? ws_wgrad_tile(p, t, rank) : ws_rows_tile<EPI>(p, t, rank); };
 #ifdef WS_EXP_CLOCKS  // experiment: where a consumer warpgroup's cycles go (printed by blocks 0 and 77)
         long long g_start;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g_start));
@@ -572,9 +683,12 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         long long c_main = 0, c_full = 0, c_full0 = 0, c_epi = 0;
         int n_tiles_done = 0;
 #endif
-        WsTile next = tile(blockIdx.x < count ? blockIdx.x : 0);
-        for (int t = blockIdx.x; t < count; t += gridDim.x) {
+        WsTile next = tile(first < count ? first : 0);
+        for (int t = first; t < count; t += stride) {
             const WsTile w = next;
+            // (clusters) a row tile with no rows: the padding of an expert's odd tile count, or past m_dim. Its
+            // block still takes part in the loads and the releases of every stage, but computes and stores nothing.
+            const bool idle = WS_CLUSTER > 1 && w.m0 >= ((KIND == 2) ? p.m_dim : w.m_end);
             float d[128];
 #pragma unroll
             for (int i = 0; i < 128; ++i) d[i] = 0.0f;
@@ -597,7 +711,8 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 wg_fence_acc(d);
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #ifndef WS_EXP_NO_MMA  // experiment: time the feeding alone (results wrong)
-                if (KIND == 2)
+                if (idle) {
+                } else if (KIND == 2)
                     wg_mma_ktile<2>(d, sA + wg * 8192, sB);
                 else
                     wg_mma_ktile<KIND>(d, sA + wg * (64 * 128), sB);
@@ -606,13 +721,14 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
                 wg_fence_acc(d);
                 // the k-tile before this one has been read by this warpgroup's wgmma: hand its stage back
-                if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % WS_STAGES));
+                if (kt > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane);
             }
             // the next tile's description (global loads) in flight during the last wgmma and the epilogue
-            if (t + (int)gridDim.x < count) next = tile(t + gridDim.x);
+            if (t + stride < count) next = tile(t + stride);
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             wg_fence_acc(d);
-            if (w.nk > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % WS_STAGES));
+            if (w.nk > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane);
+            if (idle) continue;
 #ifdef WS_EXP_NO_STORE  // experiment: time the main loops alone (no output written)
             if (d[0] != 12345.0f) continue;  // (kept data-dependent so the wgmma results stay live)
 #endif
@@ -656,6 +772,10 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         }
 #endif
     }
+#if WS_CLUSTER > 1
+    // no block leaves while its partner may still arrive on its barriers or multicast into its shared memory
+    cluster_sync();
+#endif
 }
 #define WS_BODY(E, K) ws_gemm<E, K>(p, &ta, &tb, &tc, &td);
 #else

@@ -27,6 +27,11 @@ pub struct FastKernels {
     pub sms: usize,
     /// Experiment `WS_EXP_CLOCKS` compiled in (MOE_FAST_DEFINES): print the persistent GEMMs' cycle counts.
     pub clocks: bool,
+    /// Blocks per cluster of the persistent GEMMs (`WS_CLUSTER` in fast_ws.cu: 1, or 2 with the B tile
+    /// multicast to both blocks), and for each persistent GEMM the most clusters that fit on the GPU at once
+    /// (its persistent grid: a cluster that waited for a free pair of SMs would run after the others).
+    pub cluster: usize,
+    max_clusters: HashMap<&'static str, usize>,
 }
 
 impl FastKernels {
@@ -47,13 +52,19 @@ impl FastKernels {
             _ => return Err(GpuError::Input(format!("the fast kernels need compute capability 8.0 or newer (mma.sync bf16, ldmatrix, cp.async); this GPU is {major}.{minor}"))),
         };
         let mut options = vec!["--std=c++17".to_string()];
+        let defines: Vec<String> = std::env::var("MOE_FAST_DEFINES").unwrap_or_default().split_whitespace().map(|d| d.trim_start_matches("-D").to_string()).collect();
+        let cluster = match defines.iter().find_map(|d| d.strip_prefix("WS_CLUSTER=")) {
+            None => 1,
+            Some("1") => 1,
+            Some("2") => 2,
+            Some(v) => return Err(GpuError::Input(format!("MOE_FAST_DEFINES: WS_CLUSTER must be 1 or 2, not {v}"))),
+        };
         // Source lines in the SASS, for profilers (`ncu --page source`); off by default, it changes nothing else.
         if std::env::var_os("MOE_FAST_LINEINFO").is_some() {
             options.push("-lineinfo".into());
         }
         // Experiments only: extra preprocessor definitions, e.g. MOE_FAST_DEFINES="WS_EXP_NO_STORE" (see the
         // WS_EXP_ switches in fast_ws.cu; they break the results on purpose, to time the parts of a kernel).
-        let defines: Vec<String> = std::env::var("MOE_FAST_DEFINES").unwrap_or_default().split_whitespace().map(|d| d.trim_start_matches("-D").to_string()).collect();
         options.extend(defines.iter().map(|d| format!("-D{d}")));
         let opts = CompileOptions {
             arch: Some(arch),
@@ -86,7 +97,49 @@ impl FastKernels {
         }
         let sms = gpu.ctx.attribute(cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
         let clocks = defines.iter().any(|d| d == "WS_EXP_CLOCKS");
-        Ok(FastKernels { _module: module, functions, stages, arch, wgmma, sms, clocks })
+        let mut max_clusters = HashMap::new();
+        if wgmma && cluster > 1 {
+            // MOE_FAST_CLUSTERS=N: the persistent grid's cluster count instead of the occupancy query's (experiment)
+            let forced = std::env::var("MOE_FAST_CLUSTERS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 0);
+            for &k in source::WS_GEMMS {
+                let n = Self::max_active_clusters(&functions[k], cluster, gpu)?;
+                eprintln!("fast kernels: {k} in clusters of {cluster}: {n} clusters resident at most{}", forced.map(|f| format!(", launching {f}")).unwrap_or_default());
+                max_clusters.insert(k, forced.unwrap_or(n));
+            }
+        }
+        Ok(FastKernels { _module: module, functions, stages, arch, wgmma, sms, clocks, cluster, max_clusters })
+    }
+
+    /// How many clusters of `cluster` persistent blocks (WS_THREADS threads, WS_SMEM bytes) fit at once.
+    fn max_active_clusters(f: &CudaFunction, cluster: usize, gpu: &Gpu) -> Result<usize, GpuError> {
+        use cudarc::driver::sys;
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster as u32, y: 1, z: 1 };
+        let config = sys::CUlaunchConfig {
+            gridDimX: cluster as u32,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: source::WS_THREADS,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: source::WS_SMEM as u32,
+            hStream: gpu.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut n: std::ffi::c_int = 0;
+        // SAFETY: config and attr outlive the call; f is a loaded kernel of this context.
+        unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f.cu_function(), &config) }.result()?;
+        if n < 1 {
+            return Err(GpuError::Input(format!("no cluster of {cluster} persistent blocks fits on this GPU (WS_CLUSTER)")));
+        }
+        Ok(n as usize)
+    }
+
+    /// The most clusters of persistent kernel `name` resident at once (clusters of more than one block only).
+    pub(super) fn max_clusters(&self, name: &str) -> usize {
+        self.max_clusters.get(name).copied().unwrap_or(self.sms / self.cluster)
     }
 
     pub(super) fn f(&self, name: &str) -> &CudaFunction {

@@ -240,6 +240,9 @@ pub struct FastLayer<'g> {
     offsets: CudaSlice<i32>,
     tiles: CudaSlice<i32>,
     tile_count: CudaSlice<i32>,
+    /// the tile list with each expert's tiles padded to an even count (persistent GEMMs in clusters of two)
+    tiles2: CudaSlice<i32>,
+    tile_count2: CudaSlice<i32>,
     row_token: CudaSlice<i32>,
     row_slot: CudaSlice<i32>,
     row_w: CudaSlice<f32>,
@@ -344,6 +347,8 @@ impl<'g> FastLayer<'g> {
             offsets: zeros(gpu, e + 1)?,
             tiles: zeros(gpu, 3 * max_tiles)?,
             tile_count: zeros(gpu, 1)?,
+            tiles2: zeros(gpu, 3 * (max_tiles + e))?,
+            tile_count2: zeros(gpu, 1)?,
             row_token: zeros(gpu, rows)?,
             row_slot: zeros(gpu, rows)?,
             row_w: zeros(gpu, rows)?,
@@ -563,18 +568,15 @@ impl<'g> FastLayer<'g> {
             return Ok(());
         }
         if let Some(ws) = self.persistent_kernel(name) {
-            let cfg = self.persistent_config(grid);
-            let [ta, tb, tc, td] = self.tensor_maps(ws, &p)?;
-            return self.launch(label, |me| {
-                // SAFETY: as below; the tensor maps describe live buffers of this layer (tensor_maps).
-                unsafe { me.gpu.stream.launch_builder(me.k.f(ws)).arg(&p).arg(&ta).arg(&tb).arg(&tc).arg(&td).launch(cfg)? };
-                if me.k.clocks {
-                    let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
-                    // SAFETY: ws_clk_dump() takes no arguments.
-                    unsafe { me.gpu.stream.launch_builder(me.k.f("ws_clk_dump")).launch(one)? };
-                }
-                Ok(())
-            });
+            let mut p = p;
+            if self.k.cluster > 1 {
+                // the clusters' blocks pair up row tiles of one expert: the padded list
+                p.tiles = self.ptr(&self.tiles2);
+                p.tile_count = self.ptr(&self.tile_count2);
+            }
+            let cfg = self.persistent_config(ws, grid);
+            let maps = self.tensor_maps(ws, &p)?;
+            return self.launch(label, |me| me.launch_persistent(ws, cfg, &p, &maps));
         }
         let smem = if name.starts_with("wg_") { source::WG_SMEM as u32 } else { self.k.smem() };
         let cfg = LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem };
@@ -595,10 +597,55 @@ impl<'g> FastLayer<'g> {
     }
 
     /// One persistent block per SM, at most one per tile of the plain grid (an upper bound on the tiles: the
-    /// row GEMMs' tile count is known only on the device).
-    fn persistent_config(&self, grid: (usize, usize, usize)) -> LaunchConfig {
-        let blocks = (grid.0 * grid.1 * grid.2).min(self.k.sms).max(1);
+    /// row GEMMs' tile count is known only on the device); with clusters, as many whole clusters as fit at once.
+    fn persistent_config(&self, ws: &str, grid: (usize, usize, usize)) -> LaunchConfig {
+        let tiles = (grid.0 * grid.1 * grid.2).max(1);
+        let blocks = match self.k.cluster {
+            1 => tiles.min(self.k.sms),
+            c => c * tiles.div_ceil(c).min(self.k.max_clusters(ws)),
+        };
         LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (source::WS_THREADS, 1, 1), shared_mem_bytes: source::WS_SMEM as u32 }
+    }
+
+    /// Launch persistent GEMM `ws` (fast_ws.cu: FastGemmParams and four tensor maps), in clusters of
+    /// `FastKernels::cluster` blocks, and print its cycle counts when WS_EXP_CLOCKS is compiled in.
+    fn launch_persistent(&self, ws: &str, cfg: LaunchConfig, p: &GemmParams, maps: &[TmaDesc; 4]) -> Result<(), GpuError> {
+        let [ta, tb, tc, td] = maps;
+        if self.k.cluster == 1 {
+            // SAFETY: every pointer in `p` is a live buffer of this layer sized from the same dims as the indices
+            // the kernel forms (the field comments in fast_gemm.cu); the tensor maps describe live buffers of
+            // this layer (tensor_maps); one stream orders the launches.
+            unsafe { self.gpu.stream.launch_builder(self.k.f(ws)).arg(p).arg(ta).arg(tb).arg(tc).arg(td).launch(cfg)? };
+        } else {
+            use cudarc::driver::sys;
+            // cudarc's launch builder has no cluster attribute: the driver's cuLaunchKernelEx directly
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: self.k.cluster as u32, y: 1, z: 1 };
+            let config = sys::CUlaunchConfig {
+                gridDimX: cfg.grid_dim.0,
+                gridDimY: 1,
+                gridDimZ: 1,
+                blockDimX: cfg.block_dim.0,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: cfg.shared_mem_bytes,
+                hStream: self.gpu.stream.cu_stream(),
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            let mut args: [*mut std::ffi::c_void; 5] =
+                [p as *const GemmParams as *mut _, ta as *const TmaDesc as *mut _, tb as *const TmaDesc as *mut _, tc as *const TmaDesc as *mut _, td as *const TmaDesc as *mut _];
+            // SAFETY: as above (the same arguments, by pointer, in the kernel's parameter order); the grid is a
+            // multiple of the cluster size (persistent_config), and config, attr and args outlive the call.
+            unsafe { sys::cuLaunchKernelEx(&config, self.k.f(ws).cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }.result()?;
+        }
+        if self.k.clocks {
+            let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: ws_clk_dump() takes no arguments.
+            unsafe { self.gpu.stream.launch_builder(self.k.f("ws_clk_dump")).launch(one)? };
+        }
+        Ok(())
     }
 
     /// The tensor maps of a persistent row GEMM: A's rows when they are not gathered (2-D, [rows][K], boxes
@@ -611,7 +658,8 @@ impl<'g> FastLayer<'g> {
         let ta = if p.a_idx == 0 { tma_desc(p.a, &[k, self.rows.max(1) as u64], &[p.lda as u64], &[64, 128])? } else { TmaDesc::default() };
         let tb = match ws {
             "ws_gemm1_swiglu" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 128, 1])?,
-            "ws_rows" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 256, 1])?,
+            // (clusters: each block loads half of the 256 rows)
+            "ws_rows" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 256 / self.k.cluster as u32, 1])?,
             "ws_rows_bmn" | "ws_rows_bmn_f32" => tma_desc(p.b, &[n, k, e], &[p.ldb as u64, p.b_estride as u64], &[64, 64, 1])?,
             _ => return Err(GpuError::Input(format!("no tensor maps for {ws}"))),
         };
@@ -650,16 +698,18 @@ impl<'g> FastLayer<'g> {
             let chunks = slots.div_ceil(ROUTE_CHUNK);
             let chunks_i = chunks as i32;
             let grid = LaunchConfig { grid_dim: (chunks as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-            let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: (8 * e + 4 * e.max(1024)) as u32 };
+            let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: (12 * e + 4 * e.max(1024)) as u32 };
             // SAFETY (three launches): argument lists match cuda/fast/fast_route.cu; counts holds chunks*E,
-            // tiles 3*max_tiles (a bound on the tiles fr_scan writes), the row arrays `rows` entries.
+            // tiles 3*max_tiles (a bound on the tiles fr_scan writes), tiles2 3*(max_tiles + E) (one pad per
+            // expert at most), the row arrays `rows` entries.
             self.launch("route_count", |me| {
                 unsafe { me.gpu.stream.launch_builder(me.k.f("fr_count")).arg(&me.ids).arg(&slots_i).arg(&e_i).arg(&me.counts).launch(grid)? };
                 Ok(())
             })?;
             self.launch("route_scan", |me| {
                 unsafe {
-                    me.gpu.stream.launch_builder(me.k.f("fr_scan")).arg(&me.counts).arg(&chunks_i).arg(&e_i).arg(&me.offsets).arg(&me.tiles).arg(&me.tile_count).launch(one)?
+                    me.gpu.stream.launch_builder(me.k.f("fr_scan")).arg(&me.counts).arg(&chunks_i).arg(&e_i).arg(&me.offsets).arg(&me.tiles).arg(&me.tile_count)
+                        .arg(&me.tiles2).arg(&me.tile_count2).launch(one)?
                 };
                 Ok(())
             })?;
@@ -941,7 +991,7 @@ impl<'g> FastLayer<'g> {
         let (kernel, cfg) = if self.wgrad_wgmma && self.persistent {
             // the expert count travels in k_dim (the k ranges come from the offsets)
             p.k_dim = grid.2 as i32;
-            ("ws_wgrad", self.persistent_config((grid.0.div_ceil(2), grid.1, grid.2)))
+            ("ws_wgrad", self.persistent_config("ws_wgrad", (grid.0.div_ceil(2), grid.1, grid.2)))
         } else {
             let (kernel, grid, smem) = if self.wgrad_wgmma {
                 // 128 x 256 tiles instead of 128 x 128
@@ -961,14 +1011,12 @@ impl<'g> FastLayer<'g> {
         let tc = if kernel == "ws_wgrad" { tma_desc(p.c, &[n, m, e], &[p.ldc as u64, p.c_estride as u64], &[64, 64, 1])? } else { TmaDesc::default() };
         let td = TmaDesc::default();
         self.launch(label, |me| {
-            let mut b = me.gpu.stream.launch_builder(me.k.f(kernel));
-            b.arg(&p);
             if kernel == "ws_wgrad" {
-                b.arg(&ta).arg(&tb).arg(&tc).arg(&td);
+                // (p.k_dim = experts, and offsets has E + 1 entries)
+                return me.launch_persistent(kernel, cfg, &p, &[ta, tb, tc, td]);
             }
-            // SAFETY: as in `gemm`; the plain kernels' grid.z = experts, the persistent one's p.k_dim = experts,
-            // and offsets has E + 1 entries.
-            unsafe { b.launch(cfg)? };
+            // SAFETY: as in `gemm`; the plain kernels' grid.z = experts, and offsets has E + 1 entries.
+            unsafe { me.gpu.stream.launch_builder(me.k.f(kernel)).arg(&p).launch(cfg)? };
             Ok(())
         })
     }
