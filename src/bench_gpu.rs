@@ -276,6 +276,8 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
         layer.set_engine(engine).map_err(gpu_err)?;
         // A/B switch for the persistent engine: the backward's gathered operands read inside the GEMMs
         layer.use_gather_first(std::env::var("MOE_FAST_GATHER_FIRST").as_deref() != Ok("0"));
+        // ... and GEMM1's rows of X copied into expert order first
+        layer.use_gemm1_gather_first(std::env::var("MOE_FAST_GEMM1_GATHER_FIRST").as_deref() == Ok("1"));
         let (fwd, both, failure) = measure(&mut layer, args, &ids, &w, (h, i, e, k))?;
         match failure {
             None => results.push((layer.engine(), fwd, both)),

@@ -109,6 +109,9 @@ __device__ __forceinline__ void mbar_arrive_cta(unsigned bar, unsigned cta) {
 #ifdef WS_CLUSTER_ARRIVE_RELEASE_CLUSTER
     asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
                  : "memory");
+#elif defined(WS_CLUSTER_ARRIVE_RELAXED)  // experiment: no release ordering (the stage's wgmma reads are complete)
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
+                 : "memory");
 #else
     asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta) : "memory");
 #endif
@@ -122,7 +125,32 @@ __device__ __forceinline__ void mbar_arrive_cta(unsigned bar, unsigned cta) {
 #else
 #define WS_RELEASES_PER_WG 4
 #endif
+// Experiments on where the clustered GEMMs' time goes (session 9; timing only where marked):
+// WS_EXP_CLUSTER_NO_MC: clusters launched and scheduled as usual, but each block loads all of B itself and
+//   releases its own barriers only (no multicast, no remote arrival; correct results).
+// WS_EXP_CLUSTER_LOCAL_RELEASE: multicast as usual, but each block releases its own barriers only (the
+//   partner may overwrite a stage still being read: results wrong, timing only).
+// WS_RELEASE_LANES: lanes 0 .. WS_CLUSTER-1 of each consumer warp arrive on block 0's .. block N's barrier in
+//   one instruction, instead of lane 0 arriving on each in turn.
+#if WS_CLUSTER > 1 && (defined(WS_EXP_CLUSTER_NO_MC) || defined(WS_EXP_CLUSTER_LOCAL_RELEASE))
+#define WS_RELEASE_BLOCKS 1
+#else
+#define WS_RELEASE_BLOCKS WS_CLUSTER
+#endif
+#if WS_CLUSTER > 1 && defined(WS_EXP_CLUSTER_NO_MC)
+#define WS_B_SHARE 1
+#else
+#define WS_B_SHARE WS_CLUSTER
+#endif
 __device__ __forceinline__ void ws_release(unsigned bar, int wq, int lane) {
+#if WS_RELEASE_BLOCKS == 1 && WS_CLUSTER > 1
+    if (lane == 0) mbar_arrive(bar);
+    return;
+#endif
+#if WS_CLUSTER > 1 && defined(WS_RELEASE_LANES) && !defined(WS_WG_RELEASE)
+    if (lane < WS_CLUSTER) mbar_arrive_cta(bar, lane);
+    return;
+#endif
     if (lane != 0) return;
 #ifdef WS_WG_RELEASE
     if (wq >= WS_CLUSTER) return;
@@ -238,14 +266,14 @@ __device__ __forceinline__ void tma_load_2d_mc(unsigned dst, const TmaDesc* desc
 }
 // A box of B: into this block only, or (clusters) multicast to the whole cluster.
 __device__ __forceinline__ void tma_b_3d(unsigned dst, const TmaDesc* desc, int c0, int c1, int c2, unsigned bar) {
-#if WS_CLUSTER > 1
+#if WS_B_SHARE > 1
     tma_load_3d_mc(dst, desc, c0, c1, c2, bar, (1u << WS_CLUSTER) - 1);
 #else
     tma_load_3d(dst, desc, c0, c1, c2, bar);
 #endif
 }
 __device__ __forceinline__ void tma_b_2d(unsigned dst, const TmaDesc* desc, int c0, int c1, unsigned bar, bool mc) {
-#if WS_CLUSTER > 1
+#if WS_B_SHARE > 1
     if (mc) {
         tma_load_2d_mc(dst, desc, c0, c1, bar, (1u << WS_CLUSTER) - 1);
         return;
@@ -504,14 +532,15 @@ struct WsGatherA {
 // MN-major blocks). With clusters, block `rank` loads its share of the boxes for both blocks.
 template <int EPI, int KIND>
 __device__ __forceinline__ void ws_tma_b(const TmaDesc* tb, const FastGemmParams& p, const WsTile& w, unsigned sB, int k0, unsigned bar, int rank) {
-    constexpr int PER = 4 / WS_CLUSTER;  // KIND 1: boxes per block
+    constexpr int PER = 4 / WS_B_SHARE;  // KIND 1: boxes per block
+    if (WS_B_SHARE == 1) rank = 0;
     if (KIND == 1) {
 #pragma unroll
         for (int j = rank * PER; j < rank * PER + PER; ++j) tma_b_3d(sB + j * 8192, tb, w.n0 + 64 * j, k0, w.e, bar);
     } else if (EPI == EPI_SWIGLU_FWD_SPLIT) {
-        if (WS_CLUSTER == 1 || rank == 0) tma_b_3d(sB, tb, k0, w.n0 >> 1, w.e, bar);
-        if (WS_CLUSTER == 1 || rank == 1) tma_b_3d(sB + 128 * 128, tb, k0, p.inter + (w.n0 >> 1), w.e, bar);
-    } else if (WS_CLUSTER > 1) {
+        if (WS_B_SHARE == 1 || rank == 0) tma_b_3d(sB, tb, k0, w.n0 >> 1, w.e, bar);
+        if (WS_B_SHARE == 1 || rank == 1) tma_b_3d(sB + 128 * 128, tb, k0, p.inter + (w.n0 >> 1), w.e, bar);
+    } else if (WS_B_SHARE > 1) {
         tma_b_3d(sB + rank * 128 * 128, tb, k0, w.n0 + 128 * rank, w.e, bar);
     } else {
         tma_load_3d(sB, tb, k0, w.n0, w.e, bar);
@@ -580,7 +609,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             mbar_init(full0 + 8 * s, full_count);
             // lane 0 of every consumer warp (WS_WG_RELEASE: warpgroup) of every block of the cluster, when its
             // wgmma have read the stage
-            mbar_init(empty0 + 8 * s, 2 * WS_RELEASES_PER_WG * WS_CLUSTER);
+            mbar_init(empty0 + 8 * s, 2 * WS_RELEASES_PER_WG * WS_RELEASE_BLOCKS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -646,7 +675,8 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                             // B, the same for the cluster's blocks: each loads its share for all (the
                             // partner's share arrives on this block's barrier)
                             if (b_tma)
-                                for (int j = rank * (4 / WS_CLUSTER); j < (rank + 1) * (4 / WS_CLUSTER); ++j) tma_b_2d(sB + j * 8192, tb, w.n0 + 64 * j, k0, full, true);
+                                for (int j = (WS_B_SHARE > 1 ? rank : 0) * (4 / WS_B_SHARE); j < (WS_B_SHARE > 1 ? rank + 1 : 1) * (4 / WS_B_SHARE); ++j)
+                                    tma_b_2d(sB + j * 8192, tb, w.n0 + 64 * j, k0, full, true);
                         } else {
                             mbar_arrive(full);
                         }

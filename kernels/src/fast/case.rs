@@ -48,11 +48,13 @@ impl FastCase {
         HostCase { dims: self.dims, act: self.act, x: &self.x, w13: &self.w13, w2: &self.w2, dy: &self.dy, ids: &self.ids, weights: &self.weights }
     }
 
-    /// A fresh layer with `engine` and the inputs uploaded, and `gather_first` as given (`FastLayer::use_gather_first`).
+    /// A fresh layer with `engine` and the inputs uploaded, and `gather_first` as given (`FastLayer::use_gather_first`,
+    /// `use_gemm1_gather_first`).
     pub fn layer<'g>(&self, gpu: &'g Gpu, kern: &'g FastKernels, engine: Engine, gather_first: bool) -> Result<FastLayer<'g>, GpuError> {
         let mut layer = FastLayer::new(gpu, kern, self.dims, self.act, &self.ids, &self.weights)?;
         layer.set_engine(engine)?;
         layer.use_gather_first(gather_first);
+        layer.use_gemm1_gather_first(gather_first);
         layer.upload(&self.x, &self.w13, &self.w2, &self.dy)?;
         Ok(layer)
     }

@@ -31,6 +31,9 @@ pub struct FastKernels {
     /// multicast to both blocks), and for each persistent GEMM the most clusters that fit on the GPU at once
     /// (its persistent grid: a cluster that waited for a free pair of SMs would run after the others).
     pub cluster: usize,
+    /// Blocks that share each B tile's loads (`cluster`, or 1 with the experiment `WS_EXP_CLUSTER_NO_MC`:
+    /// clustered launch, each block loading all of B): the B boxes' size on the host follows it.
+    pub b_share: usize,
     max_clusters: HashMap<&'static str, usize>,
 }
 
@@ -97,6 +100,7 @@ impl FastKernels {
         }
         let sms = gpu.ctx.attribute(cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
         let clocks = defines.iter().any(|d| d == "WS_EXP_CLOCKS");
+        let b_share = if defines.iter().any(|d| d == "WS_EXP_CLUSTER_NO_MC") { 1 } else { cluster };
         let mut max_clusters = HashMap::new();
         if wgmma && cluster > 1 {
             // MOE_FAST_CLUSTERS=N: the persistent grid's cluster count instead of the occupancy query's (experiment)
@@ -107,7 +111,7 @@ impl FastKernels {
                 max_clusters.insert(k, forced.unwrap_or(n));
             }
         }
-        Ok(FastKernels { _module: module, functions, stages, arch, wgmma, sms, clocks, cluster, max_clusters })
+        Ok(FastKernels { _module: module, functions, stages, arch, wgmma, sms, clocks, cluster, b_share, max_clusters })
     }
 
     /// How many clusters of `cluster` persistent blocks (WS_THREADS threads, WS_SMEM bytes) fit at once.

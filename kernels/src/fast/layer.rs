@@ -272,6 +272,9 @@ pub struct FastLayer<'g> {
     /// persistent engine: the backward's gathered operands (dY's and X's rows) copied into expert order first
     /// (into the dX-rows buffer, before dX writes it), so that dA_raw and the weight gradients read them by TMA
     gather_first: bool,
+    /// persistent engine: X's rows copied into expert order (into the o buffer, free until GEMM2) before GEMM1,
+    /// so that GEMM1 reads A by TMA instead of gathering it by cp.async
+    gemm1_gather_first: bool,
     da_raw: CudaSlice<f32>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
 }
@@ -374,6 +377,7 @@ impl<'g> FastLayer<'g> {
             direct: k.wgmma,
             persistent: k.wgmma,
             gather_first: true,
+            gemm1_gather_first: false,
             da_raw: zeros(gpu, if k.wgmma { rows * id } else { 1 })?,
             profile: None,
         })
@@ -451,6 +455,12 @@ impl<'g> FastLayer<'g> {
     /// that read them (on, the default) or gather them inside the GEMMs' loads (off); bitwise the same results.
     pub fn use_gather_first(&mut self, on: bool) {
         self.gather_first = on;
+    }
+
+    /// With the persistent engine, copy X's rows into expert order before GEMM1 (into the o buffer, which
+    /// GEMM2 overwrites) instead of gathering them in GEMM1's loads (off, the default); bitwise the same results.
+    pub fn use_gemm1_gather_first(&mut self, on: bool) {
+        self.gemm1_gather_first = on;
     }
 
     /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies), and the
@@ -658,8 +668,8 @@ impl<'g> FastLayer<'g> {
         let ta = if p.a_idx == 0 { tma_desc(p.a, &[k, self.rows.max(1) as u64], &[p.lda as u64], &[64, 128])? } else { TmaDesc::default() };
         let tb = match ws {
             "ws_gemm1_swiglu" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 128, 1])?,
-            // (clusters: each block loads half of the 256 rows)
-            "ws_rows" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 256 / self.k.cluster as u32, 1])?,
+            // (clusters: each block loads half of the 256 rows, unless the experiment WS_EXP_CLUSTER_NO_MC)
+            "ws_rows" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 256 / self.k.b_share as u32, 1])?,
             "ws_rows_bmn" | "ws_rows_bmn_f32" => tma_desc(p.b, &[n, k, e], &[p.ldb as u64, p.b_estride as u64], &[64, 64, 1])?,
             _ => return Err(GpuError::Input(format!("no tensor maps for {ws}"))),
         };
@@ -723,7 +733,7 @@ impl<'g> FastLayer<'g> {
                 Ok(())
             })?;
         }
-        self.gemm1()?;
+        self.gemm1(self.persistent && self.gemm1_gather_first && self.rows > 0)?;
         let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
         let mut p = self.base_params();
         p.a = self.ptr(&self.a);
@@ -761,13 +771,20 @@ impl<'g> FastLayer<'g> {
         })
     }
 
-    /// GEMM1 with the SwiGLU in its epilogue: H and A rows from the gathered rows of X.
-    fn gemm1(&mut self) -> Result<(), GpuError> {
+    /// GEMM1 with the SwiGLU in its epilogue: H and A rows from the gathered rows of X (`gather_first`: copied
+    /// into expert order in the o buffer first, then read in order).
+    fn gemm1(&mut self, gather_first: bool) -> Result<(), GpuError> {
         let FastDims { hidden: hd, inter: id, .. } = self.dims;
         let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
         let mut p = self.base_params();
-        p.a = self.ptr(&self.x);
-        p.a_idx = self.ptr(&self.row_token);
+        if gather_first {
+            let (x, dst) = (self.ptr(&self.x), self.ptr(&self.o));
+            self.gather_rows("gather_x_fwd", x, dst, hd)?;
+            p.a = dst;
+        } else {
+            p.a = self.ptr(&self.x);
+            p.a_idx = self.ptr(&self.row_token);
+        }
         p.lda = hd as i64;
         p.b = self.ptr(&self.w13);
         p.ldb = hd as i64;
@@ -789,7 +806,8 @@ impl<'g> FastLayer<'g> {
     /// and the routing from forward (`bytes_kept_per_token_recompute`) instead of H. Bitwise the forward's H
     /// (same kernel, same inputs); costs one GEMM1 (bench-gpu reports it).
     pub fn recompute_h(&mut self) -> Result<(), GpuError> {
-        self.gemm1()
+        // (X's rows gathered in the loads: the o buffer may still be read after forward)
+        self.gemm1(false)
     }
 
     /// Overwrite H and A with NaN: what a caller that drops them after forward leaves (for testing
