@@ -717,7 +717,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         for (int t = first; t < count; t += stride) {
             const WsTile w = next;
             // (clusters) a row tile with no rows: the padding of an expert's odd tile count, or past m_dim. Its
-            // block still takes part in the loads and the releases of every stage, but computes and stores nothing.
+            // block still takes part in the loads and the releases of every stage, and stores nothing.
             const bool idle = WS_CLUSTER > 1 && w.m0 >= ((KIND == 2) ? p.m_dim : w.m_end);
             float d[128];
 #pragma unroll
@@ -741,8 +741,10 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 wg_fence_acc(d);
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #ifndef WS_EXP_NO_MMA  // experiment: time the feeding alone (results wrong)
-                if (idle) {
-                } else if (KIND == 2)
+                // (an idle tile multiplies too, and its products are dropped: a wgmma under a branch on `idle`
+                // is serialised by ptxas, C7520 "WG.AR in divergent path", which cost the clustered main loops
+                // ~40% of their cycles per k-tile)
+                if (KIND == 2)
                     wg_mma_ktile<2>(d, sA + wg * 8192, sB);
                 else
                     wg_mma_ktile<KIND>(d, sA + wg * (64 * 128), sB);
