@@ -15,7 +15,7 @@ const TILE_BYTES: usize = 128 * 64 * 2;
 
 /// The compiled fast kernels.
 pub struct FastKernels {
-    _module: Arc<CudaModule>,
+    _modules: Vec<Arc<CudaModule>>,
     functions: HashMap<&'static str, CudaFunction>,
     /// cp.async pipeline depth compiled in.
     pub stages: usize,
@@ -27,14 +27,15 @@ pub struct FastKernels {
     pub sms: usize,
     /// Experiment `WS_EXP_CLOCKS` compiled in (MOE_FAST_DEFINES): print the persistent GEMMs' cycle counts.
     pub clocks: bool,
-    /// Blocks per cluster of the persistent GEMMs (`WS_CLUSTER` in fast_ws.cu: 1, or 2 with the B tile
-    /// multicast to both blocks), and for each persistent GEMM the most clusters that fit on the GPU at once
-    /// (its persistent grid: a cluster that waited for a free pair of SMs would run after the others).
-    pub cluster: usize,
-    /// Blocks that share each B tile's loads (`cluster`, or 1 with the experiment `WS_EXP_CLUSTER_NO_MC`:
-    /// clustered launch, each block loading all of B): the B boxes' size on the host follows it.
-    pub b_share: usize,
+    /// Blocks per cluster of each persistent GEMM (`WS_CLUSTER` in fast_ws.cu: 1, or 2 with the B tile
+    /// multicast to both blocks; absent: 1), and for each clustered one the most clusters that fit on the GPU
+    /// at once (its persistent grid: a cluster that waited for a free pair of SMs would run after the others).
+    /// `MOE_FAST_CLUSTERED` chooses them (`clustered_names`); MOE_FAST_DEFINES="WS_CLUSTER=2" clusters all.
+    clusters: HashMap<&'static str, usize>,
     max_clusters: HashMap<&'static str, usize>,
+    /// Experiment `WS_EXP_CLUSTER_NO_MC`: clustered launches, each block loading all of B (the B boxes' size
+    /// on the host follows it).
+    no_multicast: bool,
 }
 
 impl FastKernels {
@@ -76,8 +77,20 @@ impl FastKernels {
             name: Some("moe_fast.cu".into()),
             ..Default::default()
         };
-        let ptx = compile_ptx_with_opts(source::translation_unit(stages), opts).map_err(|e| GpuError::Compile(format!("{e:?}")))?;
-        let module = gpu.ctx.load_module(ptx)?;
+        let compile = |opts: CompileOptions| -> Result<Arc<CudaModule>, GpuError> {
+            let ptx = compile_ptx_with_opts(source::translation_unit(stages), opts).map_err(|e| GpuError::Compile(format!("{e:?}")))?;
+            Ok(gpu.ctx.load_module(ptx)?)
+        };
+        let clustered = clustered_names(cluster)?;
+        // the clustered kernels come from a second module compiled with WS_CLUSTER=2 (unless all are)
+        let module_c2 = if cluster == 1 && !clustered.is_empty() && arch == "sm_90a" {
+            let mut opts2 = opts.clone();
+            opts2.options.push("-DWS_CLUSTER=2".into());
+            Some(compile(opts2)?)
+        } else {
+            None
+        };
+        let module = compile(opts)?;
         let mut functions = HashMap::new();
         let smem = (2 * stages * TILE_BYTES) as i32;
         for &k in source::GEMMS {
@@ -92,7 +105,11 @@ impl FastKernels {
         if wgmma {
             for (names, smem) in [(source::WG_GEMMS, source::WG_SMEM), (source::WS_GEMMS, source::WS_SMEM)] {
                 for &k in names {
-                    let f = module.load_function(k)?;
+                    let from = match &module_c2 {
+                        Some(m2) if clustered.contains(&k) => m2,
+                        _ => &module,
+                    };
+                    let f = from.load_function(k)?;
                     f.set_attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
                     functions.insert(k, f);
                 }
@@ -100,18 +117,22 @@ impl FastKernels {
         }
         let sms = gpu.ctx.attribute(cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
         let clocks = defines.iter().any(|d| d == "WS_EXP_CLOCKS");
-        let b_share = if defines.iter().any(|d| d == "WS_EXP_CLUSTER_NO_MC") { 1 } else { cluster };
+        let no_multicast = defines.iter().any(|d| d == "WS_EXP_CLUSTER_NO_MC");
+        let mut clusters = HashMap::new();
         let mut max_clusters = HashMap::new();
-        if wgmma && cluster > 1 {
+        if wgmma {
             // MOE_FAST_CLUSTERS=N: the persistent grid's cluster count instead of the occupancy query's (experiment)
             let forced = std::env::var("MOE_FAST_CLUSTERS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 0);
-            for &k in source::WS_GEMMS {
-                let n = Self::max_active_clusters(&functions[k], cluster, gpu)?;
-                eprintln!("fast kernels: {k} in clusters of {cluster}: {n} clusters resident at most{}", forced.map(|f| format!(", launching {f}")).unwrap_or_default());
+            for &k in &clustered {
+                let n = Self::max_active_clusters(&functions[k], 2, gpu)?;
+                eprintln!("fast kernels: {k} in clusters of 2: {n} clusters resident at most{}", forced.map(|f| format!(", launching {f}")).unwrap_or_default());
+                clusters.insert(k, 2);
                 max_clusters.insert(k, forced.unwrap_or(n));
             }
         }
-        Ok(FastKernels { _module: module, functions, stages, arch, wgmma, sms, clocks, cluster, b_share, max_clusters })
+        let mut modules = vec![module];
+        modules.extend(module_c2);
+        Ok(FastKernels { _modules: modules, functions, stages, arch, wgmma, sms, clocks, clusters, max_clusters, no_multicast })
     }
 
     /// How many clusters of `cluster` persistent blocks (WS_THREADS threads, WS_SMEM bytes) fit at once.
@@ -143,7 +164,21 @@ impl FastKernels {
 
     /// The most clusters of persistent kernel `name` resident at once (clusters of more than one block only).
     pub(super) fn max_clusters(&self, name: &str) -> usize {
-        self.max_clusters.get(name).copied().unwrap_or(self.sms / self.cluster)
+        self.max_clusters.get(name).copied().unwrap_or(self.sms / self.cluster(name))
+    }
+
+    /// Blocks per cluster of persistent GEMM `name` (1: not clustered).
+    pub fn cluster(&self, name: &str) -> usize {
+        self.clusters.get(name).copied().unwrap_or(1)
+    }
+
+    /// Blocks sharing the loads of each B tile of persistent GEMM `name`.
+    pub(super) fn b_share(&self, name: &str) -> usize {
+        if self.no_multicast {
+            1
+        } else {
+            self.cluster(name)
+        }
     }
 
     pub(super) fn f(&self, name: &str) -> &CudaFunction {
@@ -154,3 +189,49 @@ impl FastKernels {
     }
 }
 
+
+/// The persistent GEMMs launched in clusters of two (B multicast): all of them when MOE_FAST_DEFINES has
+/// WS_CLUSTER=2 (`cluster`), else those named in MOE_FAST_CLUSTERED (a comma list of `source::WS_GEMMS`
+/// names, `all`, or `none`), by default `DEFAULT_CLUSTERED`.
+fn clustered_names(cluster: usize) -> Result<Vec<&'static str>, GpuError> {
+    parse_clustered(cluster, std::env::var("MOE_FAST_CLUSTERED").ok().as_deref())
+}
+
+fn parse_clustered(cluster: usize, list: Option<&str>) -> Result<Vec<&'static str>, GpuError> {
+    if cluster == 2 {
+        return Ok(source::WS_GEMMS.to_vec());
+    }
+    let Some(list) = list else {
+        return Ok(DEFAULT_CLUSTERED.to_vec());
+    };
+    match list.trim() {
+        "all" => return Ok(source::WS_GEMMS.to_vec()),
+        "none" | "" => return Ok(Vec::new()),
+        _ => {}
+    }
+    list.split(',')
+        .map(|n| {
+            let n = n.trim();
+            source::WS_GEMMS.iter().copied().find(|k| *k == n).ok_or_else(|| GpuError::Input(format!("MOE_FAST_CLUSTERED: {n:?} is not a persistent GEMM (one of {})", source::WS_GEMMS.join(", "))))
+        })
+        .collect()
+}
+
+/// The persistent GEMMs clustered by default.
+const DEFAULT_CLUSTERED: &[&str] = &[];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clustered_kernels_are_chosen_by_name() {
+        assert_eq!(parse_clustered(1, Some("ws_wgrad, ws_gemm1_swiglu")).unwrap(), ["ws_wgrad", "ws_gemm1_swiglu"]);
+        assert_eq!(parse_clustered(1, Some("none")).unwrap(), Vec::<&str>::new());
+        assert_eq!(parse_clustered(1, Some("all")).unwrap(), source::WS_GEMMS);
+        assert_eq!(parse_clustered(2, Some("none")).unwrap(), source::WS_GEMMS, "WS_CLUSTER=2 clusters every persistent GEMM");
+        assert_eq!(parse_clustered(1, None).unwrap(), DEFAULT_CLUSTERED);
+        let err = parse_clustered(1, Some("ws_wgrad,wgrad")).unwrap_err().to_string();
+        assert!(err.contains("\"wgrad\" is not a persistent GEMM"), "{err}");
+    }
+}

@@ -579,7 +579,7 @@ impl<'g> FastLayer<'g> {
         }
         if let Some(ws) = self.persistent_kernel(name) {
             let mut p = p;
-            if self.k.cluster > 1 {
+            if self.k.cluster(ws) > 1 {
                 // the clusters' blocks pair up row tiles of one expert: the padded list
                 p.tiles = self.ptr(&self.tiles2);
                 p.tile_count = self.ptr(&self.tile_count2);
@@ -610,7 +610,7 @@ impl<'g> FastLayer<'g> {
     /// row GEMMs' tile count is known only on the device); with clusters, as many whole clusters as fit at once.
     fn persistent_config(&self, ws: &str, grid: (usize, usize, usize)) -> LaunchConfig {
         let tiles = (grid.0 * grid.1 * grid.2).max(1);
-        let blocks = match self.k.cluster {
+        let blocks = match self.k.cluster(ws) {
             1 => tiles.min(self.k.sms),
             c => c * tiles.div_ceil(c).min(self.k.max_clusters(ws)),
         };
@@ -618,10 +618,10 @@ impl<'g> FastLayer<'g> {
     }
 
     /// Launch persistent GEMM `ws` (fast_ws.cu: FastGemmParams and four tensor maps), in clusters of
-    /// `FastKernels::cluster` blocks, and print its cycle counts when WS_EXP_CLOCKS is compiled in.
+    /// `FastKernels::cluster(ws)` blocks, and print its cycle counts when WS_EXP_CLOCKS is compiled in.
     fn launch_persistent(&self, ws: &str, cfg: LaunchConfig, p: &GemmParams, maps: &[TmaDesc; 4]) -> Result<(), GpuError> {
         let [ta, tb, tc, td] = maps;
-        if self.k.cluster == 1 {
+        if self.k.cluster(ws) == 1 {
             // SAFETY: every pointer in `p` is a live buffer of this layer sized from the same dims as the indices
             // the kernel forms (the field comments in fast_gemm.cu); the tensor maps describe live buffers of
             // this layer (tensor_maps); one stream orders the launches.
@@ -631,7 +631,7 @@ impl<'g> FastLayer<'g> {
             // cudarc's launch builder has no cluster attribute: the driver's cuLaunchKernelEx directly
             let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
             attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: self.k.cluster as u32, y: 1, z: 1 };
+            attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: self.k.cluster(ws) as u32, y: 1, z: 1 };
             let config = sys::CUlaunchConfig {
                 gridDimX: cfg.grid_dim.0,
                 gridDimY: 1,
@@ -669,7 +669,7 @@ impl<'g> FastLayer<'g> {
         let tb = match ws {
             "ws_gemm1_swiglu" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 128, 1])?,
             // (clusters: each block loads half of the 256 rows, unless the experiment WS_EXP_CLUSTER_NO_MC)
-            "ws_rows" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 256 / self.k.b_share as u32, 1])?,
+            "ws_rows" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 256 / self.k.b_share(ws) as u32, 1])?,
             "ws_rows_bmn" | "ws_rows_bmn_f32" => tma_desc(p.b, &[n, k, e], &[p.ldb as u64, p.b_estride as u64], &[64, 64, 1])?,
             _ => return Err(GpuError::Input(format!("no tensor maps for {ws}"))),
         };
