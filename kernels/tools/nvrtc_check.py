@@ -75,6 +75,11 @@ for line in (r.stdout + r.stderr).splitlines():
         kernel = m.group(1)
     elif kernel and only in kernel and ("registers" in line or "spill" in line):
         print(f"{kernel:24} {line.split(':', 1)[-1].strip()}")
-    elif "error" in line.lower() or "warning" in line.lower():
+    elif "error" in line.lower() or "warning" in line.lower() or "C7520" in line:
+        # C7520: ptxas serialised a kernel's wgmma (session 9: a branch around the MMA cost the clustered
+        # GEMMs ~40% of their main-loop cycles), a failure here
         print(line)
-sys.exit(r.returncode)
+serialised = "C7520" in r.stdout + r.stderr
+if serialised:
+    print("error: ptxas serialised wgmma instructions (C7520 above)")
+sys.exit(r.returncode or (1 if serialised else 0))
