@@ -12,7 +12,7 @@ use std::process::Command as Process;
 use clap::Args;
 use half::bf16;
 use moe_kernels::fast::check::{check, HostCase, Scope};
-use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, KernelTime, ENGINES};
+use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, KernelSettings, KernelTime, ENGINES};
 use moe_kernels::{Gpu, GpuError};
 use moe_reference::config::Activation;
 use rayon::prelude::*;
@@ -52,6 +52,43 @@ pub struct BenchGpuArgs {
     /// Random seed of the inputs.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// A/B comparison in one process: a second layer built with these settings, `NAME=VALUE` pairs
+    /// separated by `;` (MOE_FAST_DEFINES, MOE_FAST_CLUSTERED, MOE_FAST_CLUSTERS, MOE_FAST_LINEINFO for the
+    /// kernels; MOE_FAST_GATHER_FIRST, MOE_FAST_GEMM1_GATHER_FIRST for the layer), timed against the settings
+    /// of the environment rep by rep in the order A B B A A B ..., so that the clock's drift under the power
+    /// cap falls on both; reports both medians, the per-round ratio, per-kernel times, whether the outputs
+    /// are bitwise the same, and B's oracle check. One engine; not with --baseline.
+    #[arg(long)]
+    pub ab: Option<String>,
+}
+
+/// The layer's switches (`FastLayer::use_gather_first`, `use_gemm1_gather_first`) from the environment,
+/// with `NAME=VALUE` assignments applied over it.
+fn layer_switches(assignments: &[(String, String)]) -> (bool, bool) {
+    let var = |name: &str| assignments.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.clone()).or_else(|| std::env::var(name).ok());
+    (var("MOE_FAST_GATHER_FIRST").as_deref() != Some("0"), var("MOE_FAST_GEMM1_GATHER_FIRST").as_deref() == Some("1"))
+}
+
+/// `--ab`'s settings: (kernel assignments, layer assignments).
+type AbSettings = (Vec<(String, String)>, Vec<(String, String)>);
+
+fn parse_ab(spec: &str) -> Result<AbSettings, CliError> {
+    let (mut kernel, mut layer) = (Vec::new(), Vec::new());
+    for part in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((name, value)) = part.split_once('=') else {
+            return Err(fail(format!("--ab: {part:?} is not NAME=VALUE")));
+        };
+        let (name, value) = (name.trim().to_string(), value.trim().to_string());
+        match name.as_str() {
+            "MOE_FAST_GATHER_FIRST" | "MOE_FAST_GEMM1_GATHER_FIRST" => layer.push((name, value)),
+            "MOE_FAST_DEFINES" | "MOE_FAST_CLUSTERED" | "MOE_FAST_CLUSTERS" | "MOE_FAST_LINEINFO" => kernel.push((name, value)),
+            _ => return Err(fail(format!("--ab: {name} is not a setting (MOE_FAST_DEFINES, MOE_FAST_CLUSTERED, MOE_FAST_CLUSTERS, MOE_FAST_LINEINFO, MOE_FAST_GATHER_FIRST, MOE_FAST_GEMM1_GATHER_FIRST)"))),
+        }
+    }
+    if kernel.is_empty() && layer.is_empty() {
+        return Err(fail("--ab: no settings given".into()));
+    }
+    Ok((kernel, layer))
 }
 
 fn preset(name: &str) -> Option<(usize, usize, usize, usize)> {
@@ -145,7 +182,6 @@ fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool) -> Re
 /// failed check is reported after the remaining measurements, so one run shows every engine.
 fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (h, i, e, k): (usize, usize, usize, usize)) -> Result<(f32, f32, Option<String>), CliError> {
     let t = args.tokens;
-    let dims = layer.dims;
     let flops = 2.0 * (t * k) as f64 * 3.0 * (h * i) as f64;
     let tf = |f: f64, ms: f32| f / (ms as f64 * 1e-3) / 1e12;
     // warm-up (module load and first-touch stay out of the numbers)
@@ -170,20 +206,7 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
         })
         .map_err(gpu_err)?;
     // per-kernel medians from profiled passes
-    layer.set_profiling(true);
-    let mut per: Vec<(&'static str, Vec<f32>)> = Vec::new();
-    for _ in 0..5 {
-        layer.forward().map_err(gpu_err)?;
-        layer.backward().map_err(gpu_err)?;
-        layer.sync().map_err(gpu_err)?;
-        for KernelTime { name, ms } in layer.kernel_times().map_err(gpu_err)? {
-            match per.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, v)) => v.push(ms),
-                None => per.push((name, vec![ms])),
-            }
-        }
-    }
-    layer.set_profiling(false);
+    let per = kernel_medians(&mut [&mut *layer], 5)?.remove(0);
 
     println!("-- engine {} (row GEMMs); preset {} tokens {t}: H={h} I={i} E={e} k={k}, {} dispatched rows", layer.engine(), args.preset, layer.rows);
     println!("fast forward          {fwd:8.3} ms  {:6.1} TFLOP/s", tf(flops, fwd));
@@ -197,8 +220,7 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
             _ => return None,
         })
     };
-    for (name, v) in &per {
-        let m = median(v.clone());
+    for &(name, m) in &per {
         match gemm_flops(name) {
             Some(f) => println!("  {name:<18} {m:8.3} ms  {:6.1} TFLOP/s", tf(f, m)),
             None => println!("  {name:<18} {m:8.3} ms"),
@@ -214,6 +236,16 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
     let (work, grads) = layer.extra_bytes();
     println!("device memory beyond the inputs: {:.0} MiB activations + workspaces (incl. transposed weights), {:.0} MiB gradients", work as f64 / 1048576.0, grads as f64 / 1048576.0);
 
+    if let Some(f) = oracle_check(layer, args, ids, w)? {
+        return Ok((fwd, both, Some(f)));
+    }
+    Ok((fwd, both, None))
+}
+
+/// The oracle check of the layer's last forward+backward on `args.check_tokens` tokens (spread over the
+/// batch) and `args.check_wgrad` weight-gradient entries; prints the result. Returns the failure, if any.
+fn oracle_check(layer: &FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32]) -> Result<Option<String>, CliError> {
+    let (t, dims) = (args.tokens, layer.dims);
     if args.check_tokens > 0 {
         let n = args.check_tokens.min(t);
         let tr = layer.trace().map_err(gpu_err)?;
@@ -226,7 +258,7 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
             Ok(r) => r,
             Err(m) => {
                 println!("oracle check FAILED ({}): {m}", layer.engine());
-                return Ok((fwd, both, Some(format!("oracle check failed for engine {}: {m}", layer.engine()))));
+                return Ok(Some(format!("oracle check failed for engine {}: {m}", layer.engine())));
             }
         };
         println!(
@@ -237,7 +269,85 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
             started.elapsed().as_secs_f64()
         );
     }
-    Ok((fwd, both, None))
+    Ok(None)
+}
+
+/// Per-kernel medians of `passes` profiled forward+backward passes of each layer, interleaved.
+fn kernel_medians(layers: &mut [&mut FastLayer], passes: usize) -> Result<Vec<Vec<(&'static str, f32)>>, CliError> {
+    let mut per: Vec<Vec<(&'static str, Vec<f32>)>> = vec![Vec::new(); layers.len()];
+    for l in layers.iter_mut() {
+        l.set_profiling(true);
+    }
+    for _ in 0..passes {
+        for (l, per) in layers.iter_mut().zip(per.iter_mut()) {
+            l.forward().map_err(gpu_err)?;
+            l.backward().map_err(gpu_err)?;
+            l.sync().map_err(gpu_err)?;
+            for KernelTime { name, ms } in l.kernel_times().map_err(gpu_err)? {
+                match per.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, v)) => v.push(ms),
+                    None => per.push((name, vec![ms])),
+                }
+            }
+        }
+    }
+    for l in layers.iter_mut() {
+        l.set_profiling(false);
+    }
+    Ok(per.into_iter().map(|p| p.into_iter().map(|(n, v)| (n, median(v))).collect()).collect())
+}
+
+/// `--ab`: time layers A and B (same inputs, same engine, other settings) rep by rep in the order A B B A
+/// A B ..., then per kernel, then compare their outputs bitwise and check B against the oracle.
+fn ab_measure<'g>(a: &mut FastLayer<'g>, b: &mut FastLayer<'g>, args: &BenchGpuArgs, ids: &[i32], w: &[f32]) -> Result<Option<String>, CliError> {
+    let pass = |l: &mut FastLayer| -> Result<f32, CliError> {
+        l.median_ms(1, |l| {
+            l.forward()?;
+            l.backward()
+        })
+        .map_err(gpu_err)
+    };
+    for _ in 0..3 {
+        pass(a)?;
+        pass(b)?;
+    }
+    let (mut ta, mut tb, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..args.reps.max(1) {
+        let (x, y) = if r % 2 == 0 {
+            let x = pass(a)?;
+            (x, pass(b)?)
+        } else {
+            let y = pass(b)?;
+            (pass(a)?, y)
+        };
+        ta.push(x);
+        tb.push(y);
+        ratio.push(y / x);
+    }
+    let (ma, mb) = (median(ta.clone()), median(tb.clone()));
+    let mut sorted = ratio.clone();
+    sorted.sort_by(f32::total_cmp);
+    println!("A/B forward+backward, {} interleaved rounds: A {ma:.3} ms (min {:.3}, max {:.3}), B {mb:.3} ms (min {:.3}, max {:.3})", ratio.len(),
+        ta.iter().copied().fold(f32::INFINITY, f32::min), ta.iter().copied().fold(0.0, f32::max),
+        tb.iter().copied().fold(f32::INFINITY, f32::min), tb.iter().copied().fold(0.0, f32::max));
+    println!("B/A per round: median {:.4} (min {:.4}, max {:.4}; B faster in {} of {} rounds)", median(ratio.clone()), sorted[0], sorted[sorted.len() - 1],
+        ratio.iter().filter(|&&q| q < 1.0).count(), ratio.len());
+    let per = kernel_medians(&mut [&mut *a, &mut *b], 5)?;
+    println!("per kernel (median of 5 profiled passes each, interleaved): A ms, B ms, B/A");
+    for (name, x) in &per[0] {
+        match per[1].iter().find(|(n, _)| n == name) {
+            Some((_, y)) => println!("  {name:<18} {x:8.3} {y:8.3}  {:.3}", y / x),
+            None => println!("  {name:<18} {x:8.3}        -"),
+        }
+    }
+    for (name, y) in per[1].iter().filter(|(n, _)| !per[0].iter().any(|(m, _)| m == n)) {
+        println!("  {name:<18}        - {y:8.3}");
+    }
+    match a.trace().map_err(gpu_err)?.first_difference(&b.trace().map_err(gpu_err)?) {
+        None => println!("outputs: B's bitwise A's"),
+        Some((name, i)) => println!("outputs: B DIFFERS from A ({name} at {i})"),
+    }
+    oracle_check(b, args, ids, w)
 }
 
 pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
@@ -253,8 +363,13 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
             None => return Err(fail(format!("unknown engine {name:?} ({})", ENGINES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")))),
         }
     }
+    let ab = args.ab.as_deref().map(parse_ab).transpose()?;
+    if ab.is_some() && (engines.len() != 1 || args.baseline.is_some()) {
+        return Err(fail("--ab compares one engine under two settings: give --engines with one engine, and no --baseline".into()));
+    }
     let gpu = Gpu::open(0).map_err(gpu_err)?;
-    let kern = FastKernels::load(&gpu, args.stages).map_err(gpu_err)?;
+    let settings = KernelSettings::from_env();
+    let kern = FastKernels::load_with(&gpu, args.stages, &settings).map_err(gpu_err)?;
     println!("GPU: {} ({}), fast kernels: wgmma row GEMMs {}, mma.sync ({} cp.async stages)", gpu.name, kern.arch, if kern.wgmma { "available" } else { "unavailable" }, kern.stages);
     let x = uniform_bits(t * h, 1.0, args.seed);
     let wr = uniform_bits(e * h, 1.0 / (h as f32).sqrt(), args.seed ^ 0x5bd1e995);
@@ -272,12 +387,31 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
             return Err(fail(format!("the wgmma engines need an sm_90a GPU; this one compiles for {}", kern.arch)));
         }
     }
+    // A/B switches of the persistent engine: the backward's gathered operands read inside the GEMMs, GEMM1's
+    // rows of X copied into expert order first
+    let set_switches = |layer: &mut FastLayer, assignments: &[(String, String)]| {
+        let (gather_first, gemm1_gather_first) = layer_switches(assignments);
+        layer.use_gather_first(gather_first);
+        layer.use_gemm1_gather_first(gemm1_gather_first);
+    };
+    if let Some((kernel_set, layer_set)) = &ab {
+        let kern_b = FastKernels::load_with(&gpu, args.stages, &settings.with(kernel_set).map_err(gpu_err)?).map_err(gpu_err)?;
+        let mut layer_b = FastLayer::new(&gpu, &kern_b, dims, Activation::Swiglu, &ids, &w).map_err(gpu_err)?;
+        layer_b.fill_random(args.seed).map_err(gpu_err)?;
+        layer_b.upload_x(&x).map_err(gpu_err)?;
+        for (l, set) in [(&mut layer, &[][..]), (&mut layer_b, &layer_set[..])] {
+            l.set_engine(engines[0]).map_err(gpu_err)?;
+            set_switches(l, set);
+        }
+        println!("-- A/B, engine {}; preset {} tokens {t}: A the environment's settings, B with {}", layer.engine(), args.preset, args.ab.as_deref().unwrap_or(""));
+        return match ab_measure(&mut layer, &mut layer_b, args, &ids, &w)? {
+            None => Ok(()),
+            Some(f) => Err(fail(f)),
+        };
+    }
     for &engine in &engines {
         layer.set_engine(engine).map_err(gpu_err)?;
-        // A/B switch for the persistent engine: the backward's gathered operands read inside the GEMMs
-        layer.use_gather_first(std::env::var("MOE_FAST_GATHER_FIRST").as_deref() != Ok("0"));
-        // ... and GEMM1's rows of X copied into expert order first
-        layer.use_gemm1_gather_first(std::env::var("MOE_FAST_GEMM1_GATHER_FIRST").as_deref() == Ok("1"));
+        set_switches(&mut layer, &[]);
         let (fwd, both, failure) = measure(&mut layer, args, &ids, &w, (h, i, e, k))?;
         match failure {
             None => results.push((layer.engine(), fwd, both)),
@@ -314,17 +448,37 @@ mod tests {
     use super::*;
 
     fn args(preset: &str, tokens: usize, engines: &str) -> BenchGpuArgs {
-        BenchGpuArgs { preset: preset.into(), tokens, check_tokens: 1, check_wgrad: 1, reps: 1, stages: 3, baseline: None, engines: engines.into(), seed: 1 }
+        BenchGpuArgs { preset: preset.into(), tokens, check_tokens: 1, check_wgrad: 1, reps: 1, stages: 3, baseline: None, engines: engines.into(), seed: 1, ab: None }
     }
 
     #[test]
     fn bad_arguments_are_errors_before_any_gpu_work() {
-        for (a, what) in [(args("gpt-9", 16, "mma"), "unknown preset"), (args("qwen3-30b-a3b", 0, "mma"), "--tokens"), (args("qwen3-30b-a3b", 16, "mma,tpu"), "unknown engine")] {
+        let with_ab = |engines: &str, ab: &str| BenchGpuArgs { ab: Some(ab.into()), ..args("qwen3-30b-a3b", 16, engines) };
+        for (a, what) in [
+            (args("gpt-9", 16, "mma"), "unknown preset"),
+            (args("qwen3-30b-a3b", 0, "mma"), "--tokens"),
+            (args("qwen3-30b-a3b", 16, "mma,tpu"), "unknown engine"),
+            (with_ab("ws", "MOE_FAST_DEFINES"), "is not NAME=VALUE"),
+            (with_ab("ws", "MOE_FAST_STAGES=3"), "MOE_FAST_STAGES is not a setting"),
+            (with_ab("ws", " ; "), "no settings given"),
+            (with_ab("wgmma,ws", "MOE_FAST_CLUSTERED=ws_wgrad"), "one engine"),
+        ] {
             match run(&a) {
                 Ok(()) => panic!("{what}: accepted"),
                 Err(e) => assert!(e.to_string().contains(what), "{what}: got {e}"),
             }
         }
+    }
+
+    #[test]
+    fn ab_settings_split_into_kernel_and_layer_ones() {
+        let (kernel, layer) = parse_ab("MOE_FAST_DEFINES=WS_CLUSTER=2 WS_RELEASE_LANES; MOE_FAST_GEMM1_GATHER_FIRST=1;MOE_FAST_CLUSTERED=ws_wgrad").unwrap();
+        let pairs = |v: &[(&str, &str)]| v.iter().map(|(n, x)| (n.to_string(), x.to_string())).collect::<Vec<_>>();
+        assert_eq!(kernel, pairs(&[("MOE_FAST_DEFINES", "WS_CLUSTER=2 WS_RELEASE_LANES"), ("MOE_FAST_CLUSTERED", "ws_wgrad")]));
+        assert_eq!(layer, pairs(&[("MOE_FAST_GEMM1_GATHER_FIRST", "1")]));
+        // the layer's switches: an assignment wins over the environment's (which a test cannot set safely,
+        // so only the assignments' side is shown here)
+        assert_eq!(layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "0"), ("MOE_FAST_GEMM1_GATHER_FIRST", "1")])), (false, true));
     }
 
     #[test]

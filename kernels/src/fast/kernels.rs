@@ -13,6 +13,47 @@ use crate::{Gpu, GpuError};
 /// Bytes of one operand tile of the mma.sync GEMMs in shared memory (128 x 64 bf16).
 const TILE_BYTES: usize = 128 * 64 * 2;
 
+/// How the fast kernels are compiled and launched; `from_env` reads the environment variables named in
+/// each field.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KernelSettings {
+    /// MOE_FAST_DEFINES: preprocessor definitions, space-separated (e.g. "WS_CLUSTER=2 WS_EXP_CLOCKS"; see
+    /// the switches in fast_ws.cu; the WS_EXP_ ones break the results on purpose, to time parts of a kernel).
+    pub defines: String,
+    /// MOE_FAST_CLUSTERED: the persistent GEMMs launched in clusters of two (`parse_clustered`).
+    pub clustered: Option<String>,
+    /// MOE_FAST_CLUSTERS: the clustered GEMMs' cluster count instead of the occupancy query's (experiment).
+    pub clusters: Option<usize>,
+    /// MOE_FAST_LINEINFO (set): source lines in the SASS, for profilers; changes nothing else.
+    pub lineinfo: bool,
+}
+
+impl KernelSettings {
+    pub fn from_env() -> KernelSettings {
+        KernelSettings {
+            defines: std::env::var("MOE_FAST_DEFINES").unwrap_or_default(),
+            clustered: std::env::var("MOE_FAST_CLUSTERED").ok(),
+            clusters: std::env::var("MOE_FAST_CLUSTERS").ok().and_then(|v| v.parse().ok()),
+            lineinfo: std::env::var_os("MOE_FAST_LINEINFO").is_some(),
+        }
+    }
+
+    /// These settings with `NAME=VALUE` assignments (the environment variables of the fields) applied.
+    pub fn with(&self, assignments: &[(String, String)]) -> Result<KernelSettings, GpuError> {
+        let mut s = self.clone();
+        for (name, value) in assignments {
+            match name.as_str() {
+                "MOE_FAST_DEFINES" => s.defines = value.clone(),
+                "MOE_FAST_CLUSTERED" => s.clustered = Some(value.clone()),
+                "MOE_FAST_CLUSTERS" => s.clusters = Some(value.parse().map_err(|_| GpuError::Input(format!("MOE_FAST_CLUSTERS={value:?} is not a count")))?),
+                "MOE_FAST_LINEINFO" => s.lineinfo = true,
+                _ => return Err(GpuError::Input(format!("{name} is not a kernel setting (MOE_FAST_DEFINES, MOE_FAST_CLUSTERED, MOE_FAST_CLUSTERS, MOE_FAST_LINEINFO)"))),
+            }
+        }
+        Ok(s)
+    }
+}
+
 /// The compiled fast kernels.
 pub struct FastKernels {
     _modules: Vec<Arc<CudaModule>>,
@@ -39,8 +80,14 @@ pub struct FastKernels {
 }
 
 impl FastKernels {
-    /// Compile (NVRTC) and load the fast kernels for `gpu` with a `stages`-deep pipeline (2..=4).
+    /// Compile (NVRTC) and load the fast kernels for `gpu` with a `stages`-deep pipeline (2..=4), with the
+    /// settings of the environment (`KernelSettings::from_env`).
     pub fn load(gpu: &Gpu, stages: usize) -> Result<FastKernels, GpuError> {
+        Self::load_with(gpu, stages, &KernelSettings::from_env())
+    }
+
+    /// `load` with explicit settings (e.g. two sets in one process, for an interleaved A/B comparison).
+    pub fn load_with(gpu: &Gpu, stages: usize, settings: &KernelSettings) -> Result<FastKernels, GpuError> {
         if !(2..=4).contains(&stages) {
             return Err(GpuError::Input(format!("pipeline stages must be 2, 3 or 4, not {stages}")));
         }
@@ -56,7 +103,7 @@ impl FastKernels {
             _ => return Err(GpuError::Input(format!("the fast kernels need compute capability 8.0 or newer (mma.sync bf16, ldmatrix, cp.async); this GPU is {major}.{minor}"))),
         };
         let mut options = vec!["--std=c++17".to_string()];
-        let defines: Vec<String> = std::env::var("MOE_FAST_DEFINES").unwrap_or_default().split_whitespace().map(|d| d.trim_start_matches("-D").to_string()).collect();
+        let defines: Vec<String> = settings.defines.split_whitespace().map(|d| d.trim_start_matches("-D").to_string()).collect();
         let cluster = match defines.iter().find_map(|d| d.strip_prefix("WS_CLUSTER=")) {
             None => 1,
             Some("1") => 1,
@@ -64,7 +111,7 @@ impl FastKernels {
             Some(v) => return Err(GpuError::Input(format!("MOE_FAST_DEFINES: WS_CLUSTER must be 1 or 2, not {v}"))),
         };
         // Source lines in the SASS, for profilers (`ncu --page source`); off by default, it changes nothing else.
-        if std::env::var_os("MOE_FAST_LINEINFO").is_some() {
+        if settings.lineinfo {
             options.push("-lineinfo".into());
         }
         // Experiments only: extra preprocessor definitions, e.g. MOE_FAST_DEFINES="WS_EXP_NO_STORE" (see the
@@ -81,7 +128,7 @@ impl FastKernels {
             let ptx = compile_ptx_with_opts(source::translation_unit(stages), opts).map_err(|e| GpuError::Compile(format!("{e:?}")))?;
             Ok(gpu.ctx.load_module(ptx)?)
         };
-        let clustered = clustered_names(cluster)?;
+        let clustered = parse_clustered(cluster, settings.clustered.as_deref())?;
         // the clustered kernels come from a second module compiled with WS_CLUSTER=2 (unless all are)
         let module_c2 = if cluster == 1 && !clustered.is_empty() && arch == "sm_90a" {
             let mut opts2 = opts.clone();
@@ -122,7 +169,7 @@ impl FastKernels {
         let mut max_clusters = HashMap::new();
         if wgmma {
             // MOE_FAST_CLUSTERS=N: the persistent grid's cluster count instead of the occupancy query's (experiment)
-            let forced = std::env::var("MOE_FAST_CLUSTERS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 0);
+            let forced = settings.clusters.filter(|&n| n > 0);
             for &k in &clustered {
                 let n = Self::max_active_clusters(&functions[k], 2, gpu)?;
                 eprintln!("fast kernels: {k} in clusters of 2: {n} clusters resident at most{}", forced.map(|f| format!(", launching {f}")).unwrap_or_default());
@@ -190,13 +237,9 @@ impl FastKernels {
 }
 
 
-/// The persistent GEMMs launched in clusters of two (B multicast): all of them when MOE_FAST_DEFINES has
-/// WS_CLUSTER=2 (`cluster`), else those named in MOE_FAST_CLUSTERED (a comma list of `source::WS_GEMMS`
-/// names, `all`, or `none`), by default `DEFAULT_CLUSTERED`.
-fn clustered_names(cluster: usize) -> Result<Vec<&'static str>, GpuError> {
-    parse_clustered(cluster, std::env::var("MOE_FAST_CLUSTERED").ok().as_deref())
-}
-
+/// The persistent GEMMs launched in clusters of two (B multicast): all of them when the defines have
+/// WS_CLUSTER=2 (`cluster`), else those named in `list` (MOE_FAST_CLUSTERED: a comma list of
+/// `source::WS_GEMMS` names, `all`, or `none`), by default `DEFAULT_CLUSTERED`.
 fn parse_clustered(cluster: usize, list: Option<&str>) -> Result<Vec<&'static str>, GpuError> {
     if cluster == 2 {
         return Ok(source::WS_GEMMS.to_vec());
@@ -233,5 +276,15 @@ mod tests {
         assert_eq!(parse_clustered(1, None).unwrap(), DEFAULT_CLUSTERED);
         let err = parse_clustered(1, Some("ws_wgrad,wgrad")).unwrap_err().to_string();
         assert!(err.contains("\"wgrad\" is not a persistent GEMM"), "{err}");
+    }
+
+    #[test]
+    fn settings_take_assignments_by_variable_name() {
+        let base = KernelSettings { defines: "WS_EXP_CLOCKS".into(), ..Default::default() };
+        let b = base.with(&[("MOE_FAST_DEFINES".into(), "WS_CLUSTER=2 WS_RELEASE_LANES".into()), ("MOE_FAST_CLUSTERED".into(), "ws_wgrad".into())]).unwrap();
+        assert_eq!(b, KernelSettings { defines: "WS_CLUSTER=2 WS_RELEASE_LANES".into(), clustered: Some("ws_wgrad".into()), clusters: None, lineinfo: false });
+        assert_eq!(base.with(&[]).unwrap(), base);
+        assert!(base.with(&[("MOE_FAST_CLUSTERS".into(), "x".into())]).unwrap_err().to_string().contains("not a count"));
+        assert!(base.with(&[("MOE_FAST_GATHER".into(), "0".into())]).unwrap_err().to_string().contains("not a kernel setting"));
     }
 }

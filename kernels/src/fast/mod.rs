@@ -26,5 +26,5 @@ mod kernels;
 mod layer;
 mod source;
 
-pub use kernels::FastKernels;
+pub use kernels::{FastKernels, KernelSettings};
 pub use layer::{Engine, FastBuffers, FastDims, FastLayer, FastTrace, Inputs, KernelTime, ENGINES};
