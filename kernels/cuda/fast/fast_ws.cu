@@ -109,9 +109,6 @@ __device__ __forceinline__ void mbar_arrive_cta(unsigned bar, unsigned cta) {
 #ifdef WS_CLUSTER_ARRIVE_RELEASE_CLUSTER
     asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
                  : "memory");
-#elif defined(WS_CLUSTER_ARRIVE_RELAXED)  // experiment: no release ordering (the stage's wgmma reads are complete)
-    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
-                 : "memory");
 #else
     asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta) : "memory");
 #endif
@@ -125,21 +122,16 @@ __device__ __forceinline__ void mbar_arrive_cta(unsigned bar, unsigned cta) {
 #else
 #define WS_RELEASES_PER_WG 4
 #endif
-// Experiments on where the clustered GEMMs' time goes (session 9; timing only where marked):
-// WS_EXP_CLUSTER_NO_MC: clusters launched and scheduled as usual, but each block loads all of B itself and
-//   releases its own barriers only (no multicast, no remote arrival; correct results).
-// WS_EXP_CLUSTER_LOCAL_RELEASE: multicast as usual, but each block releases its own barriers only (the
-//   partner may overwrite a stage still being read: results wrong, timing only).
+// Clustered GEMMs, two switches (session 9, measured in NOTES.md):
+// WS_EXP_CLUSTER_NO_MC (experiment): clusters launched and scheduled as usual, but each block loads all of B
+//   itself and releases its own barriers only (no multicast, no remote arrival; correct results).
 // WS_RELEASE_LANES: lanes 0 .. WS_CLUSTER-1 of each consumer warp arrive on block 0's .. block N's barrier in
 //   one instruction, instead of lane 0 arriving on each in turn.
-#if WS_CLUSTER > 1 && (defined(WS_EXP_CLUSTER_NO_MC) || defined(WS_EXP_CLUSTER_LOCAL_RELEASE))
-#define WS_RELEASE_BLOCKS 1
-#else
-#define WS_RELEASE_BLOCKS WS_CLUSTER
-#endif
 #if WS_CLUSTER > 1 && defined(WS_EXP_CLUSTER_NO_MC)
+#define WS_RELEASE_BLOCKS 1
 #define WS_B_SHARE 1
 #else
+#define WS_RELEASE_BLOCKS WS_CLUSTER
 #define WS_B_SHARE WS_CLUSTER
 #endif
 __device__ __forceinline__ void ws_release(unsigned bar, int wq, int lane) {
