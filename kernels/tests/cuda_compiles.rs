@@ -1,0 +1,62 @@
+//! The fast kernels' CUDA source compiles for sm_90a on a machine without a GPU (NVRTC to PTX, then ptxas:
+//! `kernels/tools/nvrtc_check.py`), in the default build and with clusters of two (`WS_CLUSTER=2`), with no
+//! register spills and no wgmma that ptxas serialises (note C7520: in session 9 a branch around the MMA cost
+//! the clustered GEMMs ~40% of their main-loop cycles, and nothing but ptxas's note showed it).
+//! Needs python3 and NVRTC + ptxas from pip, which `.ci/run` installs into `$MOE_CUDA_TOOLS` (default
+//! `~/.cache/moe-oracle-cuda`; `/tmp/cuda` is tried too); skips with a visible message without them, and fails
+//! instead with `REQUIRE_NVRTC=1`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn tools() -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("MOE_CUDA_TOOLS").map(PathBuf::from).into_iter().collect();
+    if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(Path::new(&home).join(".cache/moe-oracle-cuda"));
+    }
+    dirs.push(PathBuf::from("/tmp/cuda"));
+    dirs.into_iter().find(|d| d.join("nvidia/cuda_nvrtc/lib/libnvrtc.so.12").exists() && d.join("nvidia/cuda_nvcc/bin/ptxas").exists())
+}
+
+fn script() -> Option<PathBuf> {
+    // the working directory is the package (cargo test) or the repository root (a staged binary)
+    ["tools/nvrtc_check.py", "kernels/tools/nvrtc_check.py"].into_iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+/// The check's output for one build, or why it could not run.
+fn compile(defines: &[&str]) -> Result<String, String> {
+    let (Some(tools), Some(script)) = (tools(), script()) else {
+        return Err("NVRTC and ptxas not found (pip install --target ~/.cache/moe-oracle-cuda nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12), or not run from the repository".into());
+    };
+    let out = Command::new("python3").arg(&script).arg("--cuda").arg(&tools).args(defines).output().map_err(|e| format!("python3: {e}"))?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "nvrtc_check.py {defines:?} failed ({}):\n{text}", out.status);
+    Ok(text)
+}
+
+#[test]
+fn fast_kernels_compile_for_sm90a_without_spills_or_serialised_wgmma() {
+    let builds: [&[&str]; 2] = [&[], &["-DWS_CLUSTER=2"]];
+    let results: Vec<Result<String, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = builds.iter().map(|d| s.spawn(move || compile(d))).collect();
+        handles.into_iter().map(|h| h.join().expect("compile thread")).collect()
+    });
+    for (defines, result) in builds.iter().zip(results) {
+        let text = match result {
+            Ok(t) => t,
+            Err(why) if std::env::var("REQUIRE_NVRTC").as_deref() == Ok("1") => panic!("REQUIRE_NVRTC=1: {why}"),
+            Err(why) => {
+                eprintln!("SKIP cuda_compiles: {why}");
+                return;
+            }
+        };
+        assert!(!text.contains("C7520"), "{defines:?}: ptxas serialised wgmma instructions:\n{text}");
+        // every persistent GEMM was compiled and reported
+        for k in ["ws_gemm1_swiglu", "ws_rows", "ws_rows_bmn", "ws_rows_bmn_f32", "ws_wgrad"] {
+            assert!(text.lines().any(|l| l.starts_with(&format!("{k} ")) && l.contains("registers")), "{defines:?}: no ptxas report for {k}:\n{text}");
+        }
+        for line in text.lines().filter(|l| l.contains("spill stores")) {
+            assert!(line.contains(" 0 bytes spill stores, 0 bytes spill loads"), "{defines:?}: register spills: {line}");
+        }
+    }
+}
