@@ -4,7 +4,8 @@
 # fuzz target when it is staged. Every step is guarded by the call's elapsed time so that the summary always
 # comes back; logs go to $OUT (one file per step), the summary to stdout.
 #
-# Staged here first (the GPU machine has no Rust): `../shared/tools/gpu-pack` (or at least the moe-oracle binary
+# Staged here first (the GPU machine has no Rust): `bash kernels/tools/stage_gpu.sh` (or `../shared/tools/gpu-pack`,
+# too large to carry with the working tree now; at least the moe-oracle binary
 # and the gpu_fast, gpu_layer, layer_api test binaries in .gpu/bin, and ../shared/bench/*.py in .gpu/bench);
 # for the fuzz step also `cargo +nightly fuzz build gpu_fast --release` and
 #   mkdir -p .gpu/fuzz && cp fuzz/target/x86_64-unknown-linux-gnu/release/gpu_fast .gpu/fuzz/
