@@ -62,11 +62,15 @@ pub struct BenchGpuArgs {
     pub ab: Option<String>,
 }
 
+/// The environment variables of the layer's switches (`layer_switches`).
+const LAYER_VARIABLES: [&str; 2] = ["MOE_FAST_GATHER_FIRST", "MOE_FAST_GEMM1_GATHER_FIRST"];
+
 /// The layer's switches (`FastLayer::use_gather_first`, `use_gemm1_gather_first`) from the environment,
 /// with `NAME=VALUE` assignments applied over it.
 fn layer_switches(assignments: &[(String, String)]) -> (bool, bool) {
     let var = |name: &str| assignments.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.clone()).or_else(|| std::env::var(name).ok());
-    (var("MOE_FAST_GATHER_FIRST").as_deref() != Some("0"), var("MOE_FAST_GEMM1_GATHER_FIRST").as_deref() == Some("1"))
+    let [gather, gemm1] = LAYER_VARIABLES;
+    (var(gather).as_deref() != Some("0"), var(gemm1).as_deref() == Some("1"))
 }
 
 /// `--ab`'s settings: (kernel assignments, layer assignments).
@@ -79,10 +83,12 @@ fn parse_ab(spec: &str) -> Result<AbSettings, CliError> {
             return Err(fail(format!("--ab: {part:?} is not NAME=VALUE")));
         };
         let (name, value) = (name.trim().to_string(), value.trim().to_string());
-        match name.as_str() {
-            "MOE_FAST_GATHER_FIRST" | "MOE_FAST_GEMM1_GATHER_FIRST" => layer.push((name, value)),
-            "MOE_FAST_DEFINES" | "MOE_FAST_CLUSTERED" | "MOE_FAST_CLUSTERS" | "MOE_FAST_LINEINFO" => kernel.push((name, value)),
-            _ => return Err(fail(format!("--ab: {name} is not a setting (MOE_FAST_DEFINES, MOE_FAST_CLUSTERED, MOE_FAST_CLUSTERS, MOE_FAST_LINEINFO, MOE_FAST_GATHER_FIRST, MOE_FAST_GEMM1_GATHER_FIRST)"))),
+        if LAYER_VARIABLES.contains(&name.as_str()) {
+            layer.push((name, value));
+        } else if KernelSettings::VARIABLES.contains(&name.as_str()) {
+            kernel.push((name, value));
+        } else {
+            return Err(fail(format!("--ab: {name} is not a setting ({}, {})", KernelSettings::VARIABLES.join(", "), LAYER_VARIABLES.join(", "))));
         }
     }
     if kernel.is_empty() && layer.is_empty() {
@@ -150,9 +156,14 @@ fn route(x: &[u16], wr: &[u16], t: usize, h: usize, e: usize, k: usize) -> (Vec<
     (ids, w)
 }
 
-fn median(mut v: Vec<f32>) -> f32 {
+fn median(v: Vec<f32>) -> f32 {
+    spread(v).1
+}
+
+/// (minimum, median, maximum) of a non-empty sample.
+fn spread(mut v: Vec<f32>) -> (f32, f32, f32) {
     v.sort_by(f32::total_cmp);
-    v[v.len() / 2]
+    (v[0], v[v.len() / 2], v[v.len() - 1])
 }
 
 /// Run the PyTorch baseline script, returning its (forward ms, forward+backward ms).
@@ -236,10 +247,7 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
     let (work, grads) = layer.extra_bytes();
     println!("device memory beyond the inputs: {:.0} MiB activations + workspaces (incl. transposed weights), {:.0} MiB gradients", work as f64 / 1048576.0, grads as f64 / 1048576.0);
 
-    if let Some(f) = oracle_check(layer, args, ids, w)? {
-        return Ok((fwd, both, Some(f)));
-    }
-    Ok((fwd, both, None))
+    Ok((fwd, both, oracle_check(layer, args, ids, w)?))
 }
 
 /// The oracle check of the layer's last forward+backward on `args.check_tokens` tokens (spread over the
@@ -324,14 +332,11 @@ fn ab_measure<'g>(a: &mut FastLayer<'g>, b: &mut FastLayer<'g>, args: &BenchGpuA
         tb.push(y);
         ratio.push(y / x);
     }
-    let (ma, mb) = (median(ta.clone()), median(tb.clone()));
-    let mut sorted = ratio.clone();
-    sorted.sort_by(f32::total_cmp);
-    println!("A/B forward+backward, {} interleaved rounds: A {ma:.3} ms (min {:.3}, max {:.3}), B {mb:.3} ms (min {:.3}, max {:.3})", ratio.len(),
-        ta.iter().copied().fold(f32::INFINITY, f32::min), ta.iter().copied().fold(0.0, f32::max),
-        tb.iter().copied().fold(f32::INFINITY, f32::min), tb.iter().copied().fold(0.0, f32::max));
-    println!("B/A per round: median {:.4} (min {:.4}, max {:.4}; B faster in {} of {} rounds)", median(ratio.clone()), sorted[0], sorted[sorted.len() - 1],
-        ratio.iter().filter(|&&q| q < 1.0).count(), ratio.len());
+    let rounds = ratio.len();
+    let b_faster = ratio.iter().filter(|&&q| q < 1.0).count();
+    let ((a_lo, a_med, a_hi), (b_lo, b_med, b_hi), (r_lo, r_med, r_hi)) = (spread(ta), spread(tb), spread(ratio));
+    println!("A/B forward+backward, {rounds} interleaved rounds: A {a_med:.3} ms (min {a_lo:.3}, max {a_hi:.3}), B {b_med:.3} ms (min {b_lo:.3}, max {b_hi:.3})");
+    println!("B/A per round: median {r_med:.4} (min {r_lo:.4}, max {r_hi:.4}; B faster in {b_faster} of {rounds} rounds)");
     let per = kernel_medians(&mut [&mut *a, &mut *b], 5)?;
     println!("per kernel (median of 5 profiled passes each, interleaved): A ms, B ms, B/A");
     for (name, x) in &per[0] {

@@ -105,7 +105,8 @@ __device__ __forceinline__ void cluster_sync() {
 // Arrive on the barrier at shared-memory offset bar of cluster block cta (this block's own too).
 __device__ __forceinline__ void mbar_arrive_cta(unsigned bar, unsigned cta) {
 // The default .release.cta semantics, as CUTLASS's ClusterBarrier::arrive: with .release.cluster (session 8,
-// WS_CLUSTER_ARRIVE_RELEASE_CLUSTER) the clustered 30b fwd+bwd took 12.3 ms against 8.3.
+// WS_CLUSTER_ARRIVE_RELEASE_CLUSTER) the clustered 30b fwd+bwd took 12.3 ms against 8.3 (both measured while
+// ptxas still serialised the clustered wgmma, session 9).
 #ifdef WS_CLUSTER_ARRIVE_RELEASE_CLUSTER
     asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
                  : "memory");

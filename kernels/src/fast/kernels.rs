@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::sys::{self, CUfunction_attribute_enum};
 use cudarc::driver::{CudaFunction, CudaModule};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
@@ -29,6 +29,9 @@ pub struct KernelSettings {
 }
 
 impl KernelSettings {
+    /// The environment variables of the fields, which `with` takes.
+    pub const VARIABLES: [&'static str; 4] = ["MOE_FAST_DEFINES", "MOE_FAST_CLUSTERED", "MOE_FAST_CLUSTERS", "MOE_FAST_LINEINFO"];
+
     pub fn from_env() -> KernelSettings {
         KernelSettings {
             defines: std::env::var("MOE_FAST_DEFINES").unwrap_or_default(),
@@ -47,7 +50,7 @@ impl KernelSettings {
                 "MOE_FAST_CLUSTERED" => s.clustered = Some(value.clone()),
                 "MOE_FAST_CLUSTERS" => s.clusters = Some(value.parse().map_err(|_| GpuError::Input(format!("MOE_FAST_CLUSTERS={value:?} is not a count")))?),
                 "MOE_FAST_LINEINFO" => s.lineinfo = true,
-                _ => return Err(GpuError::Input(format!("{name} is not a kernel setting (MOE_FAST_DEFINES, MOE_FAST_CLUSTERED, MOE_FAST_CLUSTERS, MOE_FAST_LINEINFO)"))),
+                _ => return Err(GpuError::Input(format!("{name} is not a kernel setting ({})", Self::VARIABLES.join(", ")))),
             }
         }
         Ok(s)
@@ -71,7 +74,7 @@ pub struct FastKernels {
     /// Blocks per cluster of each persistent GEMM (`WS_CLUSTER` in fast_ws.cu: 1, or 2 with the B tile
     /// multicast to both blocks; absent: 1), and for each clustered one the most clusters that fit on the GPU
     /// at once (its persistent grid: a cluster that waited for a free pair of SMs would run after the others).
-    /// `MOE_FAST_CLUSTERED` chooses them (`clustered_names`); MOE_FAST_DEFINES="WS_CLUSTER=2" clusters all.
+    /// `MOE_FAST_CLUSTERED` chooses them (`parse_clustered`); MOE_FAST_DEFINES="WS_CLUSTER=2" clusters all.
     clusters: HashMap<&'static str, usize>,
     max_clusters: HashMap<&'static str, usize>,
     /// Experiment `WS_EXP_CLUSTER_NO_MC`: clustered launches, each block loading all of B (the B boxes' size
@@ -184,25 +187,9 @@ impl FastKernels {
 
     /// How many clusters of `cluster` persistent blocks (WS_THREADS threads, WS_SMEM bytes) fit at once.
     fn max_active_clusters(f: &CudaFunction, cluster: usize, gpu: &Gpu) -> Result<usize, GpuError> {
-        use cudarc::driver::sys;
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster as u32, y: 1, z: 1 };
-        let config = sys::CUlaunchConfig {
-            gridDimX: cluster as u32,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: source::WS_THREADS,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: source::WS_SMEM as u32,
-            hStream: gpu.stream.cu_stream(),
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
         let mut n: std::ffi::c_int = 0;
-        // SAFETY: config and attr outlive the call; f is a loaded kernel of this context.
-        unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f.cu_function(), &config) }.result()?;
+        // SAFETY: the configuration outlives the call; f is a loaded kernel of this context.
+        with_cluster_config(cluster, cluster as u32, gpu.stream.cu_stream(), |config| unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f.cu_function(), config) }.result())?;
         if n < 1 {
             return Err(GpuError::Input(format!("no cluster of {cluster} persistent blocks fits on this GPU (WS_CLUSTER)")));
         }
@@ -236,6 +223,28 @@ impl FastKernels {
     }
 }
 
+/// The driver's launch configuration of `grid_x` persistent GEMM blocks (WS_THREADS threads, WS_SMEM bytes of
+/// dynamic shared memory each) in clusters of `cluster` on `stream`, handed to `f`: cudarc's launch builder has
+/// no cluster attribute, and the configuration points at the attribute, which lives only during the call.
+pub(super) fn with_cluster_config<R>(cluster: usize, grid_x: u32, stream: sys::CUstream, f: impl FnOnce(&sys::CUlaunchConfig) -> R) -> R {
+    // SAFETY: CUlaunchAttribute is a plain C struct (an id and a union of plain values); all zeros is valid.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster as u32, y: 1, z: 1 };
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid_x,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: source::WS_THREADS,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: source::WS_SMEM as u32,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    f(&config)
+}
 
 /// The persistent GEMMs launched in clusters of two (B multicast): all of them when the defines have
 /// WS_CLUSTER=2 (`cluster`), else those named in `list` (MOE_FAST_CLUSTERED: a comma list of

@@ -7,6 +7,7 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaView, DevicePtr, DeviceRepr, Laun
 use moe_reference::config::Activation;
 
 use super::source;
+use super::kernels::with_cluster_config;
 use super::FastKernels;
 use crate::{Gpu, GpuError};
 
@@ -627,28 +628,14 @@ impl<'g> FastLayer<'g> {
             // this layer (tensor_maps); one stream orders the launches.
             unsafe { self.gpu.stream.launch_builder(self.k.f(ws)).arg(p).arg(ta).arg(tb).arg(tc).arg(td).launch(cfg)? };
         } else {
-            use cudarc::driver::sys;
-            // cudarc's launch builder has no cluster attribute: the driver's cuLaunchKernelEx directly
-            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: self.k.cluster(ws) as u32, y: 1, z: 1 };
-            let config = sys::CUlaunchConfig {
-                gridDimX: cfg.grid_dim.0,
-                gridDimY: 1,
-                gridDimZ: 1,
-                blockDimX: cfg.block_dim.0,
-                blockDimY: 1,
-                blockDimZ: 1,
-                sharedMemBytes: cfg.shared_mem_bytes,
-                hStream: self.gpu.stream.cu_stream(),
-                attrs: &mut attr,
-                numAttrs: 1,
-            };
             let mut args: [*mut std::ffi::c_void; 5] =
                 [p as *const GemmParams as *mut _, ta as *const TmaDesc as *mut _, tb as *const TmaDesc as *mut _, tc as *const TmaDesc as *mut _, td as *const TmaDesc as *mut _];
             // SAFETY: as above (the same arguments, by pointer, in the kernel's parameter order); the grid is a
-            // multiple of the cluster size (persistent_config), and config, attr and args outlive the call.
-            unsafe { sys::cuLaunchKernelEx(&config, self.k.f(ws).cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }.result()?;
+            // multiple of the cluster size (persistent_config), and the configuration and args outlive the call.
+            with_cluster_config(self.k.cluster(ws), cfg.grid_dim.0, self.gpu.stream.cu_stream(), |config| unsafe {
+                cudarc::driver::sys::cuLaunchKernelEx(config, self.k.f(ws).cu_function(), args.as_mut_ptr(), std::ptr::null_mut())
+            })
+            .result()?;
         }
         if self.k.clocks {
             let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
