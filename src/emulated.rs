@@ -87,7 +87,9 @@ pub fn execute(
         }
     };
     let t = Instant::now();
-    let em: Emulated = emulate::run_with(inputs, recipe, opt, common.intermediates).map_err(|e| CliError::Recipe(e.to_string()))?;
+    // No deviation bounds: they serve `check` only (with the exact values), and cost time and memory.
+    let opts = emulate::EmulateOptions { keep_quantised: common.intermediates, same_schedule: false, deviations: false };
+    let em: Emulated = emulate::run_opts(inputs, recipe, opt, opts).map_err(|e| CliError::Recipe(e.to_string()))?;
     let emulate_ms = t.elapsed().as_secs_f64() * 1e3;
     say(format!("recipe {}: emulated forward{} in {emulate_ms:.1} ms", recipe.name, if em.bwd.is_some() { " and backward" } else { "" }));
 

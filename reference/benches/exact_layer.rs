@@ -4,10 +4,11 @@
 //!
 //!     cargo bench -p moe-reference --bench exact_layer                 # 1024 tokens
 //!     cargo bench -p moe-reference --bench exact_layer -- --tokens 256
-//!     cargo bench -p moe-reference --bench exact_layer -- --recipes bf16,fp8-block,mxfp8 [--skip-floor] [--checksum] [--exact-last]
+//!     cargo bench -p moe-reference --bench exact_layer -- --recipes bf16,fp8-block,mxfp8 [--skip-floor] [--checksum] [--exact-last] [--deviations]
 //!
 //! With `--recipes`, each emulated recipe (forward + backward + every bound) is timed too, with its ratio
-//! to the exact run (the target: within 2x). `--checksum` prints a hash of every emulated tensor, bound
+//! to the exact run (the target: within 2x): as `moe-oracle run --recipe R` computes it, or with
+//! `--deviations` as `moe-oracle check` does (also the deviation bounds). `--checksum` prints a hash of every emulated tensor, bound
 //! and deviation, so that a speed change can be shown bit-identical at this shape (the golden cases are
 //! far smaller).
 //!
@@ -111,6 +112,9 @@ fn main() {
         .map(|v| v.split(',').map(String::from).collect())
         .unwrap_or_default();
     let skip_floor = args.iter().any(|a| a == "--skip-floor");
+    // Without `--deviations` the recipes run as `moe-oracle run --recipe R` runs them (values and bounds);
+    // with it, as `moe-oracle check` runs them (also the deviation bounds it tightens its checks with).
+    let deviations = args.iter().any(|a| a == "--deviations");
     let threads = rayon::current_num_threads();
     eprintln!("qwen3-30b-a3b layer, {tokens} tokens, exact mode, {threads} threads");
 
@@ -136,7 +140,8 @@ fn main() {
     for r in &recipes {
         let recipe = moe_reference::recipe::Recipe::named(r).unwrap_or_else(|| panic!("unknown recipe {r}"));
         let t = Instant::now();
-        let em = moe_reference::emulate::run_with(&inp, &recipe, Options::default(), false).expect("named recipe");
+        let opts = moe_reference::emulate::EmulateOptions { keep_quantised: false, same_schedule: false, deviations };
+        let em = moe_reference::emulate::run_opts(&inp, &recipe, Options::default(), opts).expect("named recipe");
         let te = t.elapsed().as_secs_f64();
         std::hint::black_box(&em.bounds);
         if args.iter().any(|a| a == "--checksum") {
@@ -147,7 +152,8 @@ fn main() {
     let (t_fwd, t_bwd, m, expert_rows) = exact_first.unwrap_or_else(run_exact);
     let exact = t_fwd + t_bwd;
     for (r, te) in emulated {
-        println!("emulated {r:<13} {te:8.2} s   ratio to exact {:.2}x", te / exact);
+        let what = if deviations { "with deviations, as check" } else { "values and bounds, as run --recipe" };
+        println!("emulated {r:<13} {te:8.2} s   ratio to exact {:.2}x   ({what})", te / exact);
     }
     if skip_floor {
         println!("exact fwd+bwd        {exact:8.2} s");

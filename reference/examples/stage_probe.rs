@@ -4,6 +4,7 @@
 //! (default 1536 2048 64 fp8-block wgrad1 8: a weight gradient of qwen3-30b-a3b over 64 rows). Operands
 //! are seeded pseudo-random bf16 values with small bounds, A with a deviation bound too; outputs are
 //! allocated and touched once, bounds and deviations kept in f32 as the emulator keeps weight gradients.
+//! `nodev` among the words: no deviation bounds (as `moe-oracle run --recipe` runs a stage).
 
 use std::time::Instant;
 
@@ -25,7 +26,8 @@ fn main() {
     let nums: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     let (m, n, k) = if nums.len() >= 3 { (nums[0], nums[1], nums[2]) } else { (1536, 2048, 64) };
     let reps = nums.get(3).copied().unwrap_or(8);
-    let words: Vec<&str> = args.iter().filter(|a| a.parse::<usize>().is_err()).map(|s| s.as_str()).collect();
+    let nodev = args.iter().any(|a| a == "nodev");
+    let words: Vec<&str> = args.iter().filter(|a| a.parse::<usize>().is_err() && *a != "nodev").map(|s| s.as_str()).collect();
     let recipe = Recipe::named(words.first().copied().unwrap_or("fp8-block")).expect("a named recipe");
     let gemm = words.get(1).copied().unwrap_or("wgrad1");
     let g = match gemm {
@@ -50,8 +52,8 @@ fn main() {
     println!("{} {gemm} M={m} N={n} K={k}, {reps} reps", recipe.name);
     let (t, cpu) = (Instant::now(), cpu_seconds());
     for _ in 0..reps {
-        let out = StageOut { v: v.view_mut(), b: bo.view_mut(), d: Some(dv.view_mut()) };
-        gemm_stage_into(&plan, StageIn { v: a.view(), b: ab.view(), d: Some(ad.view()) }, StageIn { v: b.view(), b: bb.view(), d: None }, Storage::F32, out);
+        let out = StageOut { v: v.view_mut(), b: bo.view_mut(), d: (!nodev).then(|| dv.view_mut()) };
+        gemm_stage_into(&plan, StageIn { v: a.view(), b: ab.view(), d: (!nodev).then(|| ad.view()) }, StageIn { v: b.view(), b: bb.view(), d: None }, Storage::F32, out);
     }
     let (s, cpu) = (t.elapsed().as_secs_f64(), cpu_seconds() - cpu);
     let sum: f64 = bo.iter().map(|&x| f64::from(x)).sum::<f64>() + dv.iter().map(|&x| f64::from(x)).sum::<f64>();

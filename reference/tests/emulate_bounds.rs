@@ -190,3 +190,35 @@ fn fp8_truncation_through_the_stage() {
         assert!(d >= 0.3 * dv, "({i},{j}): deviation bound {dv:e} loose for {d:e}");
     }
 }
+
+/// Deviations off (as `moe-oracle run --recipe` runs): the same values and bounds, bit for bit, as with
+/// them, and no deviation bounds at all (so that `check_bound` falls back to the a-priori bound instead of
+/// reading zeros as deviations). Routed (router gradients too) and given routing, every named recipe.
+#[test]
+fn deviations_off_changes_no_value_or_bound() {
+    for (mode, seed) in [(0u8, 3u64), (3, 5)] {
+        let spec = Spec::from_tuple((40, 136, 72, 4, 2, mode, 0, seed), Kind::Bf16);
+        let inp = build(&spec);
+        for name in NAMED {
+            let recipe = Recipe::named(name).unwrap();
+            let on = emulate::EmulateOptions { keep_quantised: false, same_schedule: false, deviations: true };
+            let with = emulate::run_opts(&inp, &recipe, Options::default(), on).unwrap();
+            let without = emulate::run_opts(&inp, &recipe, Options::default(), emulate::EmulateOptions { deviations: false, ..on }).unwrap();
+            assert!(without.deviations.is_empty(), "{name}: deviations computed although not asked for");
+            assert!(!with.deviations.is_empty(), "{name}: no deviations although asked for");
+            assert_eq!(with.bounds.len(), without.bounds.len(), "{name}");
+            for ((n1, b1), (n2, b2)) in with.bounds.iter().zip(&without.bounds) {
+                assert_eq!(n1, n2);
+                let bits = |a: &ndarray::ArrayD<f32>| a.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(b1), bits(b2), "{name}: bound of {n1} changed");
+                let v1 = named_tensor(&with.fwd, with.bwd.as_ref(), n1).unwrap();
+                let v2 = named_tensor(&without.fwd, without.bwd.as_ref(), n1).unwrap();
+                assert!(v1.iter().zip(v2.iter()).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: value of {n1} changed");
+                // The check's bound without deviations is the a-priori bound itself.
+                let exact = v1.mapv(|v| v + 1.0);
+                let cb = without.check_bound(n1, exact.view()).unwrap();
+                assert!(cb.iter().zip(b2.iter()).all(|(c, b)| c.to_bits() == f64::from(*b).to_bits()), "{name}: {n1}");
+            }
+        }
+    }
+}

@@ -83,7 +83,7 @@ impl Context {
             )));
         }
         let exact_bwd = case.inputs.dy.as_ref().map(|dy| layer::backward(&case.inputs, &exact_fwd, dy.view(), opt));
-        let opts = emulate::EmulateOptions { keep_quantised: true, same_schedule };
+        let opts = emulate::EmulateOptions { keep_quantised: true, same_schedule, deviations: true };
         let em = emulate::run_opts(&case.inputs, &recipe, opt, opts).map_err(|e| CliError::Recipe(e.to_string()))?;
         Ok(Context { case, case_path: case_path.to_path_buf(), recipe, exact_fwd, exact_bwd, em, cand, same_schedule })
     }

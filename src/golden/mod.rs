@@ -237,7 +237,9 @@ fn generate_with_progress(args: &GoldenArgs, stages: &Stages) -> Result<Golden, 
         None
     } else {
         let r = moe_reference::recipe::Recipe::named(args.recipe.name()).expect("golden recipes are named recipes");
-        Some(moe_reference::emulate::run_with(&inputs, &r, opt, false).map_err(|e| GoldenError::Args {
+        // (no deviation bounds: a golden case holds values and bounds)
+        let opts = moe_reference::emulate::EmulateOptions { keep_quantised: false, same_schedule: false, deviations: false };
+        Some(moe_reference::emulate::run_opts(&inputs, &r, opt, opts).map_err(|e| GoldenError::Args {
             preset: args.preset.name(),
             why: format!("internal: emulating {}: {e}", args.recipe.name()),
         })?)

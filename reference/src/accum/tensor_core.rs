@@ -187,10 +187,16 @@ fn exponents_row(a: i32, b: &[i32; NR], x: &mut [i32; NR], emax: &mut [i32; NR])
 fn instruction(t: &TensorCore, chunk: usize, acc: &mut Acc, x: &mut [[i32; NR]; KMAX], ea: &[i32], ma: &[i32], eb: &[[i32; NR]], mb: &[[i32; NR]]) {
     let kk = ea.len();
     let (n, f) = (t.n_bits as i32, t.out_frac_bits as i32);
-    // E: the largest alignment exponent of C and the products.
-    let mut emax = acc.ec;
+    // E: the largest alignment exponent of the products, then of C. C's exponents are read last: the
+    // previous instruction has just written them with stores the compiler makes narrower than this
+    // load, which the CPU cannot forward, so the load waits until they reach the cache (a quarter of the
+    // model's time when it came first); after the products' exponents, that wait overlaps them.
+    let mut emax = [ZERO_EXP; NR];
     for k in 0..kk {
         exponents_row(ea[k], &eb[k], &mut x[k], &mut emax);
+    }
+    for (m, &c) in emax.iter_mut().zip(&acc.ec) {
+        *m = (*m).max(c);
     }
     // Every product truncated toward zero to units of 2^(E - n), summed exactly: in i32 lanes, `chunk`
     // products at a time (all of them for the Hopper models; two halves of 16 for tcgen05's 32 products
@@ -423,6 +429,15 @@ unsafe fn panel_wide<const MAG: bool, B: BoundElem>(t: &TensorCore, a: &Operand,
 fn panel_rows<const MAG: bool, B: BoundElem>(t: &TensorCore, a: &Operand, m: usize, bp: &Panels, p: usize, n: usize, scales: Option<Scales>, out: &mut ArrayViewMut2<f64>, mut mag: Option<&mut ArrayViewMut2<B>>) {
     let k = bp.k;
     let mut x: Scratch = [[0i32; NR]; KMAX];
+    // B's scales of this panel, per K block and lane (a lane past N gets 0: its results are not written),
+    // so that the promotion below is one branch-free loop over the lanes, which vectorises. (Lane by
+    // lane through the index, the promotion's scalar stores made the next chain's full-width loads wait.)
+    let sb_lanes: Vec<[f64; NR]> = match scales {
+        Some((_, sb, kb)) => (0..k.div_ceil(kb.max(1)))
+            .map(|blk| std::array::from_fn(|l| if p * NR + l < n { sb[[p * NR + l, blk]] } else { 0.0 }))
+            .collect(),
+        None => Vec::new(),
+    };
     for i in 0..m {
         let mut total = [0.0f64; NR];
         let lanes = match scales {
@@ -433,7 +448,7 @@ fn panel_rows<const MAG: bool, B: BoundElem>(t: &TensorCore, a: &Operand, m: usi
                 }
                 v
             }
-            Some((sa, sb, kb)) => {
+            Some((sa, _, kb)) => {
                 let mut fin = [0.0f32; NR];
                 for (blk, k0) in (0..k).step_by(kb).enumerate() {
                     let mut block = [0.0f64; NR];
@@ -441,27 +456,31 @@ fn panel_rows<const MAG: bool, B: BoundElem>(t: &TensorCore, a: &Operand, m: usi
                     if MAG {
                         overflowed_to_infinity(&part, &mut block);
                     }
+                    let (sa, sb) = (sa[[i, blk]], &sb_lanes[blk]);
                     for l in 0..NR {
-                        let j = p * NR + l;
-                        if j < n {
-                            fin[l] = promote_scaled(fin[l], sa[[i, blk]], sb[[j, blk]], part[l]);
-                            if MAG {
-                                total[l] += sa[[i, blk]] * sb[[j, blk]] * block[l];
-                            }
+                        fin[l] = promote_scaled(fin[l], sa, sb[l], part[l]);
+                        if MAG {
+                            total[l] += sa * sb[l] * block[l];
                         }
                     }
                 }
                 fin
             }
         };
-        for (o, &v) in out.row_mut(i).iter_mut().zip(&lanes) {
-            *o = f64::from(v);
-        }
+        write_row(out.row_mut(i), &lanes, |v| f64::from(v));
         if let Some(g) = mag.as_deref_mut() {
-            for (o, &v) in g.row_mut(i).iter_mut().zip(&total) {
-                *o = B::from_bound(v);
-            }
+            write_row(g.row_mut(i), &total, B::from_bound);
         }
+    }
+}
+
+/// `row[l] = f(lanes[l])` for the row's (at most `NR`) entries: through a slice when the row is contiguous
+/// (it always is in the emulator), which the compiler turns into vector stores.
+#[inline(always)]
+fn write_row<T: Copy, O>(mut row: ndarray::ArrayViewMut1<O>, lanes: &[T; NR], f: impl Fn(T) -> O) {
+    match row.as_slice_mut() {
+        Some(s) => s.iter_mut().zip(lanes).for_each(|(o, &v)| *o = f(v)),
+        None => row.iter_mut().zip(lanes).for_each(|(o, &v)| *o = f(v)),
     }
 }
 

@@ -192,7 +192,7 @@ fn rows_of(t: &Tracked, r: std::ops::Range<usize>) -> (ArrayView2<'_, f64>, Arra
 
 /// Run `f` for every expert in parallel, each writing its own rows of the expert-major results (values,
 /// bounds, deviations) in place; what each expert's stage fed, in expert order.
-fn per_expert<F>(rows: &RowMap, width: usize, f: F) -> (Tracked, Array2<f64>, Vec<Fed>)
+fn per_expert<F>(rows: &RowMap, width: usize, dev: bool, f: F) -> (Tracked, Array2<f64>, Vec<Fed>)
 where
     F: Fn(usize, StageOut<f64>) -> Fed + Sync,
 {
@@ -207,7 +207,7 @@ where
         for e in 0..rows.experts {
             let len = rows.expert_rows(e).len();
             let ((hv, tv), (hb, tb), (hd, td)) = (v.split_at(Axis(0), len), b.split_at(Axis(0), len), d.split_at(Axis(0), len));
-            parts.push((e, StageOut { v: hv, b: hb, d: Some(hd) }));
+            parts.push((e, StageOut { v: hv, b: hb, d: dev.then_some(hd) }));
             (v, b, d) = (tv, tb, td);
         }
         parts.into_par_iter().map(|(e, out)| f(e, out)).collect()
@@ -235,7 +235,7 @@ fn up32_all<D: ndarray::Dimension>(x: &ndarray::Array<f64, D>) -> ArrayD<f32> {
 
 /// Per-expert weight-shaped results `[E, p, q]`, each expert's written in place by `f`: values, and
 /// bounds and deviations in f32 rounded up.
-fn per_expert_w<F>(e_n: usize, shape: (usize, usize), f: F) -> (Array3<f64>, Array3<f32>, Array3<f32>)
+fn per_expert_w<F>(e_n: usize, shape: (usize, usize), dev: bool, f: F) -> (Array3<f64>, Array3<f32>, Array3<f32>)
 where
     F: Fn(usize, StageOut<f32>) + Sync,
 {
@@ -247,7 +247,7 @@ where
         .zip(b.axis_iter_mut(Axis(0)))
         .zip(d.axis_iter_mut(Axis(0)))
         .enumerate()
-        .for_each(|(e, ((v, b), d))| f(e, StageOut { v, b, d: Some(d) }));
+        .for_each(|(e, ((v, b), d))| f(e, StageOut { v, b, d: dev.then_some(d) }));
     (v, b, d)
 }
 
@@ -341,12 +341,12 @@ fn keep_q(o: Fed, keep: bool) -> Fed {
 /// Emulate forward (and backward when `inp.dy` is present) under `recipe`, keeping the quantised
 /// operands (`q.<name>`) for output.
 pub fn run(inp: &LayerInputs, recipe: &Recipe, opt: Options) -> Result<Emulated, EmulateError> {
-    run_with(inp, recipe, opt, true)
+    run_opts(inp, recipe, opt, EmulateOptions { keep_quantised: true, same_schedule: false, deviations: true })
 }
 
 /// [`run`], keeping the quantised operands only when `keep_quantised` (they are as large as the weights).
 pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised: bool) -> Result<Emulated, EmulateError> {
-    run_opts(inp, recipe, opt, EmulateOptions { keep_quantised, same_schedule: false })
+    run_opts(inp, recipe, opt, EmulateOptions { keep_quantised, same_schedule: false, deviations: true })
 }
 
 /// How to emulate.
@@ -359,6 +359,28 @@ pub struct EmulateOptions {
     /// operands gives the same bits, so only operand deviations (and f32 evaluation of SwiGLU and the router)
     /// remain. Much tighter; a kernel with another order (split-K, atomics) fails it.
     pub same_schedule: bool,
+    /// Compute the deviation bounds ([`Emulated::deviations`]: |any faithful kernel − this emulation|), which
+    /// only `check` uses (with the exact values, [`Emulated::check_bound`]). Without them a run does less
+    /// work and holds less memory (the weight gradients' deviations alone are 2.4 GB at qwen3-30b-a3b's
+    /// shape), and [`Emulated::deviations`] is empty, so that [`Emulated::check_bound`] falls back to the
+    /// a-priori bound.
+    pub deviations: bool,
+}
+
+/// A stage operand's deviation bound, when deviations are computed at all (`None` tells the stage to
+/// derive none: [`stage::gemm_stage_into`]).
+fn dev_in(on: bool, d: ArrayView2<'_, f64>) -> Option<ArrayView2<'_, f64>> {
+    on.then_some(d)
+}
+
+/// [`store_dev`] when deviations are computed; else `pre` as it is (zeros nobody reads: the run exposes no
+/// deviations then, and untouched zeros cost no memory).
+fn finish_dev(on: bool, raw: &Array2<f64>, pre: Array2<f64>, st: Storage) -> Array2<f64> {
+    if on {
+        store_dev(raw, pre, st)
+    } else {
+        pre
+    }
 }
 
 /// [`run`] with every option.
@@ -372,6 +394,7 @@ pub fn run_opts(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateO
 fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOptions) -> Result<Emulated, EmulateError> {
     let mut lap = Lap::start();
     let keep_quantised = opts.keep_quantised;
+    let dev = opts.deviations;
     let plans = Plans::parse(recipe, opts.same_schedule)?;
     let cfg: &MoeConfig = &inp.cfg;
     let st = &recipe.storage;
@@ -404,10 +427,10 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
     lap.mark("emulate inputs");
     // GEMM1: h = x_rows · w13[e]ᵀ
     let (h, h_d, outs) = timed("emulate fwd.h", || {
-        per_expert(&rows, 2 * id, |e, out| {
+        per_expert(&rows, 2 * id, dev, |e, out| {
             let (a, ab) = rows_of(&x_rows, rows.expert_rows(e));
             let none = zero.broadcast(a.dim()).expect("1x1 broadcasts");
-            let fed = gemm_stage_into(&plans.gemm1, op(a, ab, Some(none)), op(w13_v.index_axis(Axis(0), e), bound_of(&w13_b, &zero, e, (2 * id, hd)), None), st.h, out);
+            let fed = gemm_stage_into(&plans.gemm1, op(a, ab, dev_in(dev, none)), op(w13_v.index_axis(Axis(0), e), bound_of(&w13_b, &zero, e, (2 * id, hd)), None), st.h, out);
             keep_q(fed, keep_quantised)
         })
     });
@@ -433,19 +456,21 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
                 let (v, b) = act_bound::forward(cfg.activation, g, h.b[[r, c]], u, h.b[[r, id + c]]);
                 av[c] = v;
                 ab[c] = b;
-                ad[c] = act_bound::forward_dev(cfg.activation, g, h_d[[r, c]], u, h_d[[r, id + c]]);
+                if dev {
+                    ad[c] = act_bound::forward_dev(cfg.activation, g, h_d[[r, c]], u, h_d[[r, id + c]]);
+                }
             }
         });
-    let a_d = store_dev(&a.v, a_dpre, st.a);
+    let a_d = finish_dev(dev, &a.v, a_dpre, st.a);
     let a = store(a.v, a.b, st.a);
 
     lap.mark("emulate fwd.a (SwiGLU)");
     // GEMM2: o = a · w2[e]ᵀ
     let (o, o_d, outs) = timed("emulate fwd.o", || {
-        per_expert(&rows, hd, |e, out| {
+        per_expert(&rows, hd, dev, |e, out| {
             let r = rows.expert_rows(e);
             let (av, ab) = rows_of(&a, r.clone());
-            let fed = gemm_stage_into(&plans.gemm2, op(av, ab, Some(a_d.slice(s![r, ..]))), op(w2_v.index_axis(Axis(0), e), bound_of(&w2_b, &zero, e, (hd, id)), None), st.o, out);
+            let fed = gemm_stage_into(&plans.gemm2, op(av, ab, dev_in(dev, a_d.slice(s![r, ..]))), op(w2_v.index_axis(Axis(0), e), bound_of(&w2_b, &zero, e, (hd, id)), None), st.o, out);
             keep_q(fed, keep_quantised)
         })
     });
@@ -471,14 +496,16 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
                 vector_kappa(slots.len()),
                 slots.len(),
             );
-            yd[c] = dot_dev(
-                slots.iter().map(|&(j, r)| (w_in.v[[t, j]].abs(), w_d[[t, j]], o.v[[r, c]].abs(), o_d[[r, c]])),
-                dev_kappa(slots.len()),
-                slots.len(),
-            );
+            if dev {
+                yd[c] = dot_dev(
+                    slots.iter().map(|&(j, r)| (w_in.v[[t, j]].abs(), w_d[[t, j]], o.v[[r, c]].abs(), o_d[[r, c]])),
+                    dev_kappa(slots.len()),
+                    slots.len(),
+                );
+            }
         }
     });
-    let y_d = store_dev(&y_raw, y_dpre, st.y);
+    let y_d = finish_dev(dev, &y_raw, y_dpre, st.y);
     let y = store(y_raw, y_pre, st.y);
 
     lap.mark("emulate y (combine)");
@@ -486,10 +513,12 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
     bounds.push(("fwd.h".into(), up32_all(&h.b)));
     bounds.push(("fwd.a".into(), up32_all(&a.b)));
     bounds.push(("fwd.o".into(), up32_all(&o.b)));
-    deviations.push(("y".into(), up32_all(&y_d)));
-    deviations.push(("fwd.h".into(), up32_all(&h_d)));
-    deviations.push(("fwd.a".into(), up32_all(&a_d)));
-    deviations.push(("fwd.o".into(), up32_all(&o_d)));
+    if dev {
+        deviations.push(("y".into(), up32_all(&y_d)));
+        deviations.push(("fwd.h".into(), up32_all(&h_d)));
+        deviations.push(("fwd.a".into(), up32_all(&a_d)));
+        deviations.push(("fwd.o".into(), up32_all(&o_d)));
+    }
 
     let fwd = Forward {
         y: y.v,
@@ -525,11 +554,13 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
                     vector_kappa(hd),
                     hd,
                 );
-                gd[j] = dot_dev((0..hd).map(|c| (dy_in.v[[t, c]].abs(), 0.0, fwd.o[[r, c]].abs(), o_d[[r, c]])), dev_kappa(hd), hd);
+                if dev {
+                    gd[j] = dot_dev((0..hd).map(|c| (dy_in.v[[t, c]].abs(), 0.0, fwd.o[[r, c]].abs(), o_d[[r, c]])), dev_kappa(hd), hd);
+                }
             }
         }
     });
-    let gtw_d = store_dev(&gtw, gtw_dpre, st.grad_topk_weights);
+    let gtw_d = finish_dev(dev, &gtw, gtw_dpre, st.grad_topk_weights);
     let gtw = store(gtw, gtw_b, st.grad_topk_weights);
 
     lap.mark("emulate grad.topk_w");
@@ -545,21 +576,23 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
             db[c] = dot_bound(std::iter::once((wv.abs() + wb, wb, dy_in.v[[t, c]].abs() + dy_in.b[[t, c]], dy_in.b[[t, c]])), 2f64.powi(-24), 1);
             // Even with the same inputs a kernel may round w·dy once (to bf16) where the emulator rounds to
             // f32 first: the product's rounding counts for both.
-            dd[c] = dot_dev(std::iter::once((wv.abs(), wd, dy_in.v[[t, c]].abs(), 0.0)), 2f64.powi(-24), 1);
+            if dev {
+                dd[c] = dot_dev(std::iter::once((wv.abs(), wd, dy_in.v[[t, c]].abs(), 0.0)), 2f64.powi(-24), 1);
+            }
         }
     });
-    let do_d = store_dev(&do_raw, do_dpre, st.do_);
+    let do_d = finish_dev(dev, &do_raw, do_dpre, st.do_);
     let do_ = store(do_raw, do_pre, st.do_);
 
     lap.mark("emulate bwd.do");
     // da = do · w2[e]
     let (da, da_d, _) = timed("emulate bwd.da", || {
-        per_expert(rows, id, |e, out| {
+        per_expert(rows, id, dev, |e, out| {
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&do_, r.clone());
             let wt = transposed(w2_v.index_axis(Axis(0), e));
             let wtb = bound_t(&w2_b, &zero, e, (hd, id));
-            let fed = gemm_stage_into(&plans.dgrad2, op(dv, db, Some(do_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.da, out);
+            let fed = gemm_stage_into(&plans.dgrad2, op(dv, db, dev_in(dev, do_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.da, out);
             crate::scratch::give_array(wt);
             keep_q(fed, false)
         })
@@ -577,28 +610,32 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
         for c in 0..id {
             let (g, u, dav) = (fwd.h[[r, c]], fwd.h[[r, id + c]], da.v[[r, c]]);
             let ((dg, bg), (du, bu)) = act_bound::backward(cfg.activation, g, h.b[[r, c]], u, h.b[[r, id + c]], dav, da.b[[r, c]]);
-            let (dgd, dud) = act_bound::backward_dev(cfg.activation, g, h_d[[r, c]], u, h_d[[r, id + c]], dav, da_d[[r, c]]);
             dr[c] = dg;
             db[c] = bg;
-            dd[c] = dgd;
             dr[id + c] = du;
             db[id + c] = bu;
-            dd[id + c] = dud;
+            if dev {
+                let (dgd, dud) = act_bound::backward_dev(cfg.activation, g, h_d[[r, c]], u, h_d[[r, id + c]], dav, da_d[[r, c]]);
+                dd[c] = dgd;
+                dd[id + c] = dud;
+            }
         }
     });
-    let dh_d = store_dev(&dh_raw, dh_dpre, st.dh);
+    let dh_d = finish_dev(dev, &dh_raw, dh_dpre, st.dh);
     let dh = store(dh_raw, dh_pre, st.dh);
 
     lap.mark("emulate bwd.dh (SwiGLU)");
     // grad.w2[e] = do_eᵀ · a_e
     let (gw2, gw2_b, gw2_d) = timed("emulate grad.w2", || {
-        per_expert_w(e_n, (hd, id), |e, out| {
+        per_expert_w(e_n, (hd, id), dev, |e, out| {
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&do_, r.clone());
             let (av, ab) = (fwd.a.slice(s![r.clone(), ..]), a.b.slice(s![r.clone(), ..]));
-            let t = [dv, db, do_d.slice(s![r.clone(), ..]), av, ab, a_d.slice(s![r, ..])].map(transposed);
-            let fed = gemm_stage_into(&plans.wgrad2, op(t[0].view(), t[1].view(), Some(t[2].view())), op(t[3].view(), t[4].view(), Some(t[5].view())), st.grad_w, out);
-            t.into_iter().for_each(crate::scratch::give_array);
+            let t = [dv, db, av, ab].map(transposed);
+            let d = dev.then(|| [do_d.slice(s![r.clone(), ..]), a_d.slice(s![r, ..])].map(transposed));
+            let d_in = |i: usize| d.as_ref().map(|d| d[i].view());
+            let fed = gemm_stage_into(&plans.wgrad2, op(t[0].view(), t[1].view(), d_in(0)), op(t[2].view(), t[3].view(), d_in(1)), st.grad_w, out);
+            t.into_iter().chain(d.into_iter().flatten()).for_each(crate::scratch::give_array);
             keep_q(fed, false);
         })
     });
@@ -606,12 +643,12 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
     lap.restart();
     // dx_rows = dh · w13[e]
     let (dx_rows, dx_d, _) = timed("emulate bwd.dx_rows", || {
-        per_expert(rows, hd, |e, out| {
+        per_expert(rows, hd, dev, |e, out| {
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&dh, r.clone());
             let wt = transposed(w13_v.index_axis(Axis(0), e));
             let wtb = bound_t(&w13_b, &zero, e, (2 * id, hd));
-            let fed = gemm_stage_into(&plans.dgrad1, op(dv, db, Some(dh_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.dx_rows, out);
+            let fed = gemm_stage_into(&plans.dgrad1, op(dv, db, dev_in(dev, dh_d.slice(s![r, ..]))), op(wt.view(), wtb.view(), None), st.dx_rows, out);
             crate::scratch::give_array(wt);
             keep_q(fed, false)
         })
@@ -623,13 +660,14 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
     lap.restart();
     // grad.w13[e] = dh_eᵀ · x_rows_e
     let (gw13, gw13_b, gw13_d) = timed("emulate grad.w13", || {
-        per_expert_w(e_n, (2 * id, hd), |e, out| {
+        per_expert_w(e_n, (2 * id, hd), dev, |e, out| {
             let r = rows.expert_rows(e);
             let (dv, db) = rows_of(&dh, r.clone());
             let (xv, xb) = rows_of(&x_rows, r.clone());
-            let t = [dv, db, dh_d.slice(s![r, ..]), xv, xb].map(transposed);
-            let fed = gemm_stage_into(&plans.wgrad1, op(t[0].view(), t[1].view(), Some(t[2].view())), op(t[3].view(), t[4].view(), None), st.grad_w, out);
-            t.into_iter().for_each(crate::scratch::give_array);
+            let t = [dv, db, xv, xb].map(transposed);
+            let d = dev.then(|| transposed(dh_d.slice(s![r, ..])));
+            let fed = gemm_stage_into(&plans.wgrad1, op(t[0].view(), t[1].view(), d.as_ref().map(|d| d.view())), op(t[2].view(), t[3].view(), None), st.grad_w, out);
+            t.into_iter().chain(d).for_each(crate::scratch::give_array);
             keep_q(fed, false);
         })
     });
@@ -671,7 +709,7 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
                 &f32_plan,
                 dl.v.t().as_standard_layout().view(),
                 dl.b.t().as_standard_layout().view(),
-                Some(dlt_d.view()),
+                dev_in(dev, dlt_d.view()),
                 x_in.v.t().as_standard_layout().view(),
                 x_in.b.t().as_standard_layout().view(),
                 None,
@@ -679,7 +717,7 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
             );
             let rwt_v = rw_in.v.t().as_standard_layout().into_owned();
             let rwt_b = rw_in.b.t().as_standard_layout().into_owned();
-            let rt = gemm_stage_with(&f32_plan, dl.v.view(), dl.b.view(), Some(dl_d.view()), rwt_v.view(), rwt_b.view(), None, Storage::F32);
+            let rt = gemm_stage_with(&f32_plan, dl.v.view(), dl.b.view(), dev_in(dev, dl_d.view()), rwt_v.view(), rwt_b.view(), None, Storage::F32);
             (Some(dl.v), Some(rt.out), Some(grw.out.v), Some(grw.out.b), grw.dev, rt.dev)
         }
         _ => (None, None, None, None, None, None),
@@ -701,14 +739,16 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
             let ones = vec![1.0; vals.len()];
             gr[c] = accum::dot(&plans.vector, &vals, &ones, None);
             gb[c] = dot_bound(terms.iter().map(|&(v, b)| (v.abs() + b, b, 1.0, 0.0)), vector_kappa(terms.len()), terms.len());
-            let mut dterms: Vec<(f64, f64)> = rs.iter().map(|&r| (dx_rows.v[[r, c]], dx_d[[r, c]])).collect();
-            if let (Some(rt), Some(rd)) = (&router_term, &rt_d) {
-                dterms.push((rt.v[[t, c]], rd[[t, c]]));
+            if dev {
+                let mut dterms: Vec<(f64, f64)> = rs.iter().map(|&r| (dx_rows.v[[r, c]], dx_d[[r, c]])).collect();
+                if let (Some(rt), Some(rd)) = (&router_term, &rt_d) {
+                    dterms.push((rt.v[[t, c]], rd[[t, c]]));
+                }
+                gd[c] = dot_dev(dterms.iter().map(|&(v, d)| (v.abs(), d, 1.0, 0.0)), dev_kappa(dterms.len()), dterms.len());
             }
-            gd[c] = dot_dev(dterms.iter().map(|&(v, d)| (v.abs(), d, 1.0, 0.0)), dev_kappa(dterms.len()), dterms.len());
         }
     });
-    let gx_d = store_dev(&gx_raw, gx_dpre, st.grad_x);
+    let gx_d = finish_dev(dev, &gx_raw, gx_dpre, st.grad_x);
     let grad_x = store(gx_raw, gx_pre, st.grad_x);
 
     lap.mark("emulate grad.x");
@@ -723,17 +763,19 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
     bounds.push(("bwd.da".into(), up32_all(&da.b)));
     bounds.push(("bwd.dh".into(), up32_all(&dh.b)));
     bounds.push(("bwd.dx_rows".into(), up32_all(&dx_rows.b)));
-    deviations.push(("grad.x".into(), up32_all(&gx_d)));
-    deviations.push(("grad.w13".into(), gw13_d.into_dyn()));
-    deviations.push(("grad.w2".into(), gw2_d.into_dyn()));
-    deviations.push(("grad.topk_weights".into(), up32_all(&gtw_d)));
-    if let Some(d) = grw_d {
-        deviations.push(("grad.router.weight".into(), up32_all(&d)));
+    if dev {
+        deviations.push(("grad.x".into(), up32_all(&gx_d)));
+        deviations.push(("grad.w13".into(), gw13_d.into_dyn()));
+        deviations.push(("grad.w2".into(), gw2_d.into_dyn()));
+        deviations.push(("grad.topk_weights".into(), up32_all(&gtw_d)));
+        if let Some(d) = grw_d {
+            deviations.push(("grad.router.weight".into(), up32_all(&d)));
+        }
+        deviations.push(("bwd.do".into(), up32_all(&do_d)));
+        deviations.push(("bwd.da".into(), up32_all(&da_d)));
+        deviations.push(("bwd.dh".into(), up32_all(&dh_d)));
+        deviations.push(("bwd.dx_rows".into(), up32_all(&dx_d)));
     }
-    deviations.push(("bwd.do".into(), up32_all(&do_d)));
-    deviations.push(("bwd.da".into(), up32_all(&da_d)));
-    deviations.push(("bwd.dh".into(), up32_all(&dh_d)));
-    deviations.push(("bwd.dx_rows".into(), up32_all(&dx_d)));
 
     lap.mark("emulate bwd finish");
     let bwd = Backward {
