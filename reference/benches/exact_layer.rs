@@ -4,13 +4,14 @@
 //!
 //!     cargo bench -p moe-reference --bench exact_layer                 # 1024 tokens
 //!     cargo bench -p moe-reference --bench exact_layer -- --tokens 256
-//!     cargo bench -p moe-reference --bench exact_layer -- --recipes bf16,fp8-block,mxfp8 [--skip-floor] [--checksum] [--exact-last] [--deviations]
+//!     cargo bench -p moe-reference --bench exact_layer -- --recipes bf16,fp8-block,mxfp8 [--skip-floor] [--checksum] [--exact-last | --no-exact] [--deviations]
 //!
 //! With `--recipes`, each emulated recipe (forward + backward + every bound) is timed too, with its ratio
 //! to the exact run (the target: within 2x): as `moe-oracle run --recipe R` computes it, or with
 //! `--deviations` as `moe-oracle check` does (also the deviation bounds). `--checksum` prints a hash of every emulated tensor, bound
 //! and deviation, so that a speed change can be shown bit-identical at this shape (the golden cases are
-//! far smaller).
+//! far smaller). `--no-exact` times the recipes alone (no exact run in the process): with a run of the
+//! exact mode alone (`--skip-floor` without `--recipes`), each mode on fresh memory, as one command runs.
 //!
 //! Prints the exact time, two floors (the same per-expert GEMM shapes in plain f64, and one square GEMM of
 //! the same FLOPs) and the ratios; and the per-stage split of the exact run.
@@ -134,7 +135,7 @@ fn main() {
     // takes memory the process has freed before it, if any, faster than fresh memory (BENCHMARKS.md), so
     // the default order favours the recipes and this one the exact run; the two bracket a run of either
     // alone.
-    let exact_last = args.iter().any(|a| a == "--exact-last");
+    let exact_last = args.iter().any(|a| a == "--exact-last") || args.iter().any(|a| a == "--no-exact");
     let exact_first = (!exact_last).then(&run_exact);
     let mut emulated = Vec::new();
     for r in &recipes {
@@ -148,6 +149,14 @@ fn main() {
             print_checksums(&em);
         }
         emulated.push((r, te));
+    }
+    if args.iter().any(|a| a == "--no-exact") {
+        // Each recipe alone in its process, on fresh memory as a single `moe-oracle run --recipe` is: compare
+        // with a run of the exact mode alone (the same command without `--recipes`).
+        for (r, te) in emulated {
+            println!("emulated {r:<13} {te:8.2} s   (no exact run in this process)");
+        }
+        return;
     }
     let (t_fwd, t_bwd, m, expert_rows) = exact_first.unwrap_or_else(run_exact);
     let exact = t_fwd + t_bwd;
