@@ -141,6 +141,16 @@ fn mx_rules_on_hand_examples() {
     let t = quantize(array![[f64::NAN, 1.0]].view(), &mx(MxRounding::Floor, Format::E4M3, sat));
     assert_eq!(t.scale_bits.as_ref().unwrap()[[0, 0]], 0xFF);
     assert!(t.scale[[0, 0]].is_nan());
+    // ... wherever the NaN sits in the block, after larger values, and in a later row of a 2-D block.
+    let t = quantize(array![[3.0, 1.0, f64::NAN, -7.0]].view(), &mx(MxRounding::Floor, Format::E4M3, sat));
+    assert_eq!(t.scale_bits.as_ref().unwrap()[[0, 0]], 0xFF);
+    let mut x = Array2::from_elem((128, 128), 0.5);
+    x[[77, 100]] = f64::NAN;
+    let t = quantize(x.view(), &spec(Format::E4M3, Block::Tile(128, 128), ScaleRule::DeepGemm { pow2: false }, sat));
+    assert!(t.scale[[0, 0]].is_nan(), "a NaN in row 77 of a 128x128 block");
+    x[[77, 100]] = -9.0;
+    let t = quantize(x.view(), &spec(Format::E4M3, Block::Tile(128, 128), ScaleRule::DeepGemm { pow2: false }, sat));
+    assert_eq!(t.scale[[0, 0]], f64::from(9.0f32 / 448.0), "amax over every row of the block");
 }
 
 #[test]

@@ -467,7 +467,7 @@ fn panel_rows<const MAG: bool, B: BoundElem>(t: &TensorCore, a: &Operand, m: usi
                 fin
             }
         };
-        write_row(out.row_mut(i), &lanes, |v| f64::from(v));
+        write_row(out.row_mut(i), &lanes, f64::from);
         if let Some(g) = mag.as_deref_mut() {
             write_row(g.row_mut(i), &total, B::from_bound);
         }
