@@ -151,6 +151,14 @@ fn mx_rules_on_hand_examples() {
     x[[77, 100]] = -9.0;
     let t = quantize(x.view(), &spec(Format::E4M3, Block::Tile(128, 128), ScaleRule::DeepGemm { pow2: false }, sat));
     assert_eq!(t.scale[[0, 0]], f64::from(9.0f32 / 448.0), "amax over every row of the block");
+    // A block row whose length is no multiple of the amax's eight lanes: the largest in the tail, then in the
+    // body.
+    let mut x = Array2::from_elem((1, 13), 0.25);
+    for (at, v) in [(12, -5.0), (3, 6.0)] {
+        x[[0, at]] = v;
+        let t = quantize(x.view(), &spec(Format::E4M3, Block::Rows(128), ScaleRule::DeepGemm { pow2: false }, sat));
+        assert_eq!(t.scale[[0, 0]], f64::from((v as f32).abs() / 448.0), "largest at column {at}");
+    }
 }
 
 #[test]

@@ -205,23 +205,33 @@ fn amax_f32(block: ArrayView2<f64>) -> f32 {
     // iterator with a return on NaN it did not: the largest part of quantising a weight). NaN anywhere
     // gives NaN, as before; otherwise the largest magnitude (a NaN never passes `a > m`, and |x| has no
     // negative zero).
+    // Eight running maxima (one per vector lane; a single one is a serial chain of scalar maxima),
+    // combined at the end: the maximum does not depend on the order.
+    const L: usize = 8;
     #[inline(always)]
-    fn scan<'a>(xs: impl Iterator<Item = &'a f64>, m: &mut f32, nan: &mut bool) {
-        let (mut mm, mut nn) = (*m, *nan);
-        for &v in xs {
-            let a = fl32(v).abs();
-            nn |= a.is_nan();
-            mm = if a > mm { a } else { mm };
-        }
-        (*m, *nan) = (mm, nn);
+    fn step(v: f64, m: &mut f32, nan: &mut bool) {
+        let a = fl32(v).abs();
+        *nan |= a.is_nan();
+        *m = if a > *m { a } else { *m };
     }
-    let (mut m, mut nan) = (0.0f32, false);
+    let (mut m, mut nan) = ([0.0f32; L], [false; L]);
     for row in block.rows() {
         match row.as_slice() {
-            Some(xs) => scan(xs.iter(), &mut m, &mut nan),
-            None => scan(row.iter(), &mut m, &mut nan),
+            Some(xs) => {
+                let chunks = xs.chunks_exact(L);
+                for (l, &v) in chunks.remainder().iter().enumerate() {
+                    step(v, &mut m[l], &mut nan[l]);
+                }
+                for c in chunks {
+                    for l in 0..L {
+                        step(c[l], &mut m[l], &mut nan[l]);
+                    }
+                }
+            }
+            None => row.iter().for_each(|&v| step(v, &mut m[0], &mut nan[0])),
         }
     }
+    let (m, nan) = (m.iter().fold(0.0f32, |x, &y| if y > x { y } else { x }), nan.iter().any(|&n| n));
     if nan {
         f32::NAN
     } else {
