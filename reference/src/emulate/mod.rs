@@ -339,14 +339,9 @@ fn keep_q(o: Fed, keep: bool) -> Fed {
 }
 
 /// Emulate forward (and backward when `inp.dy` is present) under `recipe`, keeping the quantised
-/// operands (`q.<name>`) for output.
+/// operands (`q.<name>`) for output and computing the deviation bounds ([`run_opts`] chooses).
 pub fn run(inp: &LayerInputs, recipe: &Recipe, opt: Options) -> Result<Emulated, EmulateError> {
     run_opts(inp, recipe, opt, EmulateOptions { keep_quantised: true, same_schedule: false, deviations: true })
-}
-
-/// [`run`], keeping the quantised operands only when `keep_quantised` (they are as large as the weights).
-pub fn run_with(inp: &LayerInputs, recipe: &Recipe, opt: Options, keep_quantised: bool) -> Result<Emulated, EmulateError> {
-    run_opts(inp, recipe, opt, EmulateOptions { keep_quantised, same_schedule: false, deviations: true })
 }
 
 /// How to emulate.

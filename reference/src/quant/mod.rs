@@ -201,12 +201,11 @@ fn cast_saturating(y: f32, m: u32, emin: i32, max: f32) -> f64 {
 /// The f32 maximum of `|x|` over a block: NaN if any element is NaN (`torch.amax` propagates NaN), 0 for
 /// an empty or all-zero block.
 fn amax_f32(block: ArrayView2<f64>) -> f32 {
-    // Row by row through slices, without an early exit, so that the loop vectorises (through the view's
-    // iterator with a return on NaN it did not: the largest part of quantising a weight). NaN anywhere
-    // gives NaN, as before; otherwise the largest magnitude (a NaN never passes `a > m`, and |x| has no
-    // negative zero).
-    // Eight running maxima (one per vector lane; a single one is a serial chain of scalar maxima),
-    // combined at the end: the maximum does not depend on the order.
+    // Row by row through slices, into eight running maxima combined at the end, without an early exit:
+    // so the loop vectorises (through the view's iterator with a return on NaN, one serial chain of scalar
+    // maxima, it did not: the largest part of quantising a weight). The maximum does not depend on the
+    // order; NaN anywhere gives NaN, as before; otherwise the largest magnitude (a NaN never passes
+    // `a > m`, and |x| has no negative zero).
     const L: usize = 8;
     #[inline(always)]
     fn step(v: f64, m: &mut f32, nan: &mut bool) {
