@@ -197,3 +197,84 @@ fn tiles_cover_every_entry_once() {
         assert!(wide.slice(s![.., ..3]).iter().chain(wide.slice(s![.., 3 + n..]).iter()).all(|v| v.is_nan()), "case {i} {plan:?}: wrote outside its block");
     }
 }
+
+// ---- the certified engine (the default): one exact slice pair, a plain-f64 tail with a proved error
+// bound, and an exact recomputation of every entry whose rounding the bound cannot settle.
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(160))]
+
+    #[test]
+    fn certified_equals_reference((m, n, k) in (0usize..20, 0usize..20, 0usize..300), ka in kind(), kb in kind(), seed in any::<u64>()) {
+        let mut g = Gen(seed | 1);
+        let a = fill(ka, m, k, &mut g);
+        let b = fill(kb, n, k, &mut g);
+        let fast = matmul_nt_with(Engine::Certified, a.view(), b.view());
+        let slow = matmul_nt_with(Engine::Reference, a.view(), b.view());
+        assert_same(&fast, &slow);
+    }
+
+    /// Entries engineered onto rounding ties: the leading part sums to `1 + 2^-53·(2j+1)`-like midpoints and
+    /// a remainder far below decides the direction, so the f64 tail alone rounds the wrong way.
+    #[test]
+    fn certified_settles_near_ties((m, n, k) in (1usize..8, 1usize..8, 3usize..200), seed in any::<u64>(), sign in prop_oneof![Just(1.0f64), Just(-1.0)]) {
+        let mut g = Gen(seed | 1);
+        let mut a = fill(Kind::Bf16, m, k, &mut g);
+        let b = Array2::from_shape_fn((n, k), |(j, kk)| if kk < 3 { 1.0 } else { bf16_round(g.normal()) * 2f64.powi(-300 - j as i32) });
+        for r in 0..m {
+            a[[r, 0]] = 1.0 + (g.next() % 16) as f64 * 2f64.powi(-52);
+            a[[r, 1]] = 2f64.powi(-53); // half an ulp of a[r, 0]: a tie
+            a[[r, 2]] = sign * 2f64.powi(-120 - (g.next() % 60) as i32); // breaks it
+        }
+        let (fast, stats) = moe_reference::gemm::matmul_nt_certified_stats(a.view(), b.view());
+        let slow = matmul_nt_with(Engine::Reference, a.view(), b.view());
+        assert_same(&fast, &slow);
+        prop_assert!(stats.widths.is_some(), "{stats:?}");
+        prop_assert!(stats.fallbacks > 0, "every entry is a near-tie, yet none was recomputed: {stats:?}");
+        // the tie-breaking remainder sits 2^-67 or further below the tie: the second level must not settle
+        // an entry it cannot (a wrong one would differ from the reference above), nor all of them
+        prop_assert!(stats.refined < stats.fallbacks || stats.fallbacks == 0, "{stats:?}");
+    }
+}
+
+#[test]
+fn certified_recomputes_a_tie_the_tail_rounds_wrongly() {
+    // exact value 1 + 2^-53 + 2^-200: the plain sum of the parts is the tie 1 + 2^-53, which rounds to 1;
+    // the correct result is 1 + 2^-52.
+    let a = ndarray::arr2(&[[1.0, 2f64.powi(-53), 2f64.powi(-200)]]);
+    let b = ndarray::arr2(&[[1.0, 1.0, 1.0]]);
+    let (c, stats) = moe_reference::gemm::matmul_nt_certified_stats(a.view(), b.view());
+    assert_eq!(c[[0, 0]], 1.0 + 2f64.powi(-52));
+    assert_eq!(stats.fallbacks, 1, "{stats:?}");
+}
+
+#[test]
+fn certified_second_level_settles_what_the_first_cannot() {
+    // f64 against bf16 with the first slice narrow enough that many certificates fail: the second level
+    // must settle nearly all of them, with the reference's bits.
+    let mut g = Gen(5);
+    let a = fill(Kind::F64, 40, 2048, &mut g);
+    let b = fill(Kind::Bf16, 300, 2048, &mut g);
+    let (fast, stats) = moe_reference::gemm::matmul_nt_certified_stats(a.view(), b.view());
+    let slow = matmul_nt_with(Engine::Reference, a.view(), b.view());
+    assert_same(&fast, &slow);
+    assert!(stats.fallbacks > 0, "{stats:?}");
+    assert!(stats.refined * 100 >= stats.fallbacks * 99, "{stats:?}");
+}
+
+#[test]
+fn certified_needs_few_fallbacks_on_layer_shaped_data() {
+    // The certificate must hold for nearly every entry of the layer's GEMMs, or the engine is only as fast
+    // as the superaccumulator: f64 against bf16 at K = 768 and 2048, and f64 against f64 at K = 64.
+    let mut g = Gen(99);
+    for (ka, kb, m, n, k) in [(Kind::F64, Kind::Bf16, 64, 256, 768), (Kind::F64, Kind::Bf16, 48, 200, 2048), (Kind::F64, Kind::F64, 256, 256, 64), (Kind::Bf16, Kind::Bf16, 64, 256, 2048)] {
+        let a = fill(ka, m, k, &mut g);
+        let b = fill(kb, n, k, &mut g);
+        let (fast, stats) = moe_reference::gemm::matmul_nt_certified_stats(a.view(), b.view());
+        let slow = matmul_nt_with(Engine::Reference, a.view(), b.view());
+        assert_same(&fast, &slow);
+        assert!(stats.widths.is_some(), "{ka:?} x {kb:?} K {k}: deferred");
+        assert!(stats.fallbacks * 20 <= m * n, "{ka:?} x {kb:?} K {k}: {} of {} entries refined ({stats:?})", stats.fallbacks, m * n);
+        assert!((stats.fallbacks - stats.refined) * 10_000 <= m * n, "{ka:?} x {kb:?} K {k}: {} of {} entries exact ({stats:?})", stats.fallbacks - stats.refined, m * n);
+    }
+}

@@ -744,7 +744,7 @@ fn single_row_experts_engine_invariant() {
     let a = array![[f64::from_bits(0x4072_03c5_e0fb_cf2f)]];
     let b = array![[f64::from_bits(0xbff2_b75d_534e_b1c5)]];
     let want = a[[0, 0]] * b[[0, 0]];
-    for engine in [Engine::Ozaki, Engine::Reference] {
+    for engine in [Engine::Certified, Engine::Ozaki, Engine::Reference] {
         let got = matmul_nt_with(engine, a.view(), b.view())[[0, 0]];
         assert_eq!(
             got.to_bits(),
@@ -786,5 +786,8 @@ fn single_row_experts_engine_invariant() {
         );
         same_forward(&f0, &f1, true);
         same_backward(&b0, &b1);
+        let (f2, b2) = run(&inp, Options { engine: Engine::Certified });
+        same_forward(&f0, &f2, true);
+        same_backward(&b0, &b2);
     }
 }

@@ -380,7 +380,8 @@ proptest! {
         }
     }
 
-    /// The per-entry superaccumulator engine and the default Ozaki engine agree bitwise on everything.
+    /// The per-entry superaccumulator engine, the slicing engine and the default certified engine agree
+    /// bitwise on everything.
     #[test]
     fn engine_invariance(s in shape(), kind in any::<u8>()) {
         let inp = build(&Spec::from_tuple(s, kind_of(kind, true)));
@@ -388,6 +389,9 @@ proptest! {
         let (f1, b1) = run(&inp, Options { engine: Engine::Reference });
         same_forward(&f0, &f1, true);
         same_backward(&b0, &b1);
+        let (f2, b2) = run(&inp, Options { engine: Engine::Ozaki });
+        same_forward(&f0, &f2, true);
+        same_backward(&b0, &b2);
     }
 }
 

@@ -3,12 +3,16 @@
 //! Both operands are given with the contraction axis last ("NT" layout), which is how every GEMM of the
 //! MoE layer reads once the weights are viewed the right way round (see [`crate::layer`]).
 //!
-//! Two engines give bit-identical results:
+//! Three engines give bit-identical results:
 //! - [`Engine::Reference`]: one superaccumulator per entry ([`crate::exact::ExactSum`]). Slow, obviously right.
-//! - [`Engine::Ozaki`] (default): splits each operand row into integer slices small enough that ordinary
-//!   f64 GEMMs of slice pairs are exact ([`slicing`], [`ozaki`]); the few elements whose bits do not fit
-//!   the chosen slices are handled exactly on the side. Runs at a fraction of f64 BLAS speed.
+//! - [`Engine::Ozaki`]: splits each operand row into integer slices small enough that ordinary f64 GEMMs of
+//!   slice pairs are exact ([`slicing`], [`ozaki`]); the few elements whose bits do not fit the chosen
+//!   slices are handled exactly on the side. Also takes the GEMMs with extra terms (`grad.x`).
+//! - [`Engine::Certified`] (default): one exact slice pair, what the slices leave in plain f64 with an
+//!   a-priori error bound, and a rounding that is proved correct entry by entry or else redone exactly
+//!   ([`certified`]). Fewer f64 GEMM passes than `Ozaki` for every operand that is not bf16-valued.
 
+mod certified;
 mod ozaki;
 mod scratch;
 mod slicing;
@@ -16,6 +20,7 @@ mod slow;
 
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
+pub use certified::CertifiedStats;
 pub use ozaki::{plan_for, OzakiPlan};
 
 /// Which algorithm computes the exact GEMM (the result is the same bits either way).
@@ -24,8 +29,11 @@ pub enum Engine {
     /// Per-entry superaccumulator.
     Reference,
     /// Error-free slicing onto f64 GEMMs, with exact side corrections.
-    #[default]
     Ozaki,
+    /// One exact slice pair plus a certified f64 tail, falling back to the superaccumulator per entry
+    /// (and to `Ozaki` for extra terms).
+    #[default]
+    Certified,
 }
 
 /// `C = A · Bᵀ` with every entry correctly rounded; `a` is [M, K], `b` is [N, K].
@@ -67,9 +75,26 @@ pub fn matmul_nt_into(engine: Engine, a: ArrayView2<f64>, b: ArrayView2<f64>, ex
             match engine {
                 Engine::Reference => slow::matmul_nt(a, b, extra, out),
                 Engine::Ozaki => ozaki::matmul_nt(a, b, extra, out),
+                Engine::Certified if extra.is_some() => ozaki::matmul_nt(a, b, extra, out),
+                Engine::Certified => {
+                    certified::matmul_nt(a, b, out);
+                }
             }
         })
     })
+}
+
+/// [`Engine::Certified`]'s GEMM, returning how the call went (slice widths, entries recomputed exactly):
+/// for tests and probes that must see the fallback path taken.
+pub fn matmul_nt_certified_stats(a: ArrayView2<f64>, b: ArrayView2<f64>) -> (Array2<f64>, CertifiedStats) {
+    assert_eq!(a.ncols(), b.ncols(), "contraction lengths differ");
+    let mut c = Array2::zeros((a.nrows(), b.nrows()));
+    if a.nrows() == 0 || b.nrows() == 0 || a.ncols() == 0 {
+        matmul_nt_into(Engine::Reference, a, b, None, c.view_mut());
+        return (c, CertifiedStats::default());
+    }
+    let stats = with_contiguous(a, |a| with_contiguous(b, |b| certified::matmul_nt(a, b, c.view_mut())));
+    (c, stats)
 }
 
 /// Run `f` on a row-major view of `x` (copied into scratch memory when `x` is not already one).

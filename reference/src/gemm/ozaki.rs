@@ -38,7 +38,7 @@ const COST_COMBINE_FAST: f64 = 4.0;
 
 
 /// Bits available to a slice pair: `s_a + s_b <= 53 - ceil(log2 K)`.
-fn pair_budget(k: usize) -> u32 {
+pub(super) fn pair_budget(k: usize) -> u32 {
     let log = usize::BITS - (k.max(1) - 1).leading_zeros(); // ceil(log2 k)
     53u32.saturating_sub(log)
 }
@@ -84,19 +84,22 @@ fn choose(a: &RowStats, b: &RowStats, m: usize, n: usize, k: usize) -> Option<Oz
         }
     }
     let plan = best?.1;
-    // Every slice unit and every product of units must stay in the normal range, where scaling by them is
-    // exact, and far from overflow; otherwise the reference engine takes the whole GEMM.
+    range_ok(a, b, &plan).then_some(plan)
+}
+
+/// Every slice unit and every product of units must stay in the normal range, where scaling by them is
+/// exact, and far from overflow; otherwise the reference engine takes the whole GEMM.
+pub(super) fn range_ok(a: &RowStats, b: &RowStats, plan: &OzakiPlan) -> bool {
     let (lo_a, hi_a) = a.emax_range().unwrap_or((0, 0));
     let (lo_b, hi_b) = b.emax_range().unwrap_or((0, 0));
     let min_unit_a = lo_a + 1 - (plan.n_a as i32) * plan.s_a as i32;
     let min_unit_b = lo_b + 1 - (plan.n_b as i32) * plan.s_b as i32;
-    let ok = min_unit_a >= -1000
+    min_unit_a >= -1000
         && min_unit_b >= -1000
         && hi_a <= 900
         && hi_b <= 900
         && min_unit_a + min_unit_b >= -1022
-        && hi_a + hi_b <= 900;
-    ok.then_some(plan)
+        && hi_a + hi_b <= 900
 }
 
 /// The plan the fast engine would use for `a · bᵀ` (None: it would defer to the reference engine).
@@ -113,7 +116,7 @@ pub fn plan_for(a: ArrayView2<f64>, b: ArrayView2<f64>) -> Option<OzakiPlan> {
 const TILE_ROWS: usize = 64;
 const TILE_ENTRIES: usize = 1 << 16;
 
-fn tile_shape(m: usize, n: usize, pairs: usize) -> (usize, usize) {
+pub(super) fn tile_shape(m: usize, n: usize, pairs: usize) -> (usize, usize) {
     let mb = TILE_ROWS.min(m).max(1);
     let nb = (TILE_ENTRIES / (pairs * mb)).max(16) / 8 * 8;
     (mb, nb.min(n).max(1))
@@ -121,7 +124,12 @@ fn tile_shape(m: usize, n: usize, pairs: usize) -> (usize, usize) {
 
 /// `dst[tm, tn] = A_rows · B_rowsᵀ` in plain f64 (exact here by construction of the slices); `a` and `b`
 /// start at the first row of the block, rows `k` apart; `dst` rows are `tn` apart.
-fn f64_gemm_block(dst: &mut [f64], a: &[f64], tm: usize, b: &[f64], tn: usize, k: usize) {
+pub(super) fn f64_gemm_block(dst: &mut [f64], a: &[f64], tm: usize, b: &[f64], tn: usize, k: usize) {
+    f64_gemm_block_acc(dst, a, tm, b, tn, k, false)
+}
+
+/// [`f64_gemm_block`], adding to `dst` when `accumulate` (`dst += A_rows · B_rowsᵀ`, rounded as any f64 GEMM).
+pub(super) fn f64_gemm_block_acc(dst: &mut [f64], a: &[f64], tm: usize, b: &[f64], tn: usize, k: usize, accumulate: bool) {
     debug_assert!(dst.len() >= tm * tn && a.len() >= tm * k && b.len() >= tn * k);
     // SAFETY: the pointers cover tm·k, tn·k and tm·tn elements with the strides given (asserted above).
     unsafe {
@@ -132,14 +140,14 @@ fn f64_gemm_block(dst: &mut [f64], a: &[f64], tm: usize, b: &[f64], tn: usize, k
             dst.as_mut_ptr(),
             1,
             tn as isize,
-            false,
+            accumulate,
             a.as_ptr(),
             1,
             k as isize,
             b.as_ptr(),
             k as isize,
             1,
-            0.0,
+            if accumulate { 1.0 } else { 0.0 },
             1.0,
             false,
             false,
@@ -151,14 +159,14 @@ fn f64_gemm_block(dst: &mut [f64], a: &[f64], tm: usize, b: &[f64], tn: usize, k
 
 /// The output's base pointer, shared by the tiles (each writes only its own entries).
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f64);
+pub(super) struct OutPtr(pub(super) *mut f64);
 // SAFETY: tiles are disjoint, so no entry is written by two threads.
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
 impl OutPtr {
     /// Through a method, so closures capture the whole (Sync) wrapper rather than the raw field.
-    fn get(self) -> *mut f64 {
+    pub(super) fn get(self) -> *mut f64 {
         self.0
     }
 }
@@ -439,7 +447,7 @@ impl Wide {
 
 /// Error-free sum: `s + e == a + b` exactly (Knuth's TwoSum).
 #[inline(always)]
-fn two_sum(a: f64, b: f64) -> (f64, f64) {
+pub(super) fn two_sum(a: f64, b: f64) -> (f64, f64) {
     let s = a + b;
     let bp = s - a;
     let ap = s - bp;

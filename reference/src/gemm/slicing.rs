@@ -114,7 +114,7 @@ impl RowStats {
 /// An upper bound on the bits any element of the row needs below `emax`, from one vectorisable pass:
 /// the smallest exponent and the OR of all significands bound every element's lowest set bit from below.
 #[inline]
-fn row_need_bound(row: &[f64], emax: i32) -> i32 {
+pub(super) fn row_need_bound(row: &[f64], emax: i32) -> i32 {
     let (mut min_field, mut or_m) = (0x7ffu64, 0u64);
     for &v in row {
         let bits = v.to_bits() & !(1u64 << 63);

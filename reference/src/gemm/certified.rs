@@ -1,0 +1,566 @@
+//! The default exact engine: one exact slice pair, an ordinary f64 GEMM for what the slices leave, and a
+//! certified rounding of their sum.
+//!
+//! Each operand row is rounded once onto an integer grid (`cap`, one slice of [`super::slicing`]'s kind,
+//! `s` bits below the row's largest exponent); what that leaves is the row's `rest` (zero for a bf16-valued
+//! row that fits). With `s_a + s_b + ceil(log2 K) <= 53` the f64 GEMM `P = cap_a · cap_bᵀ` is exact, and
+//!
+//!   `A·Bᵀ = cap_a·cap_bᵀ + rest_a·Bᵀ + cap_a·rest_bᵀ`.
+//!
+//! The last two terms are computed in plain f64 (a dense GEMM when a rest is dense, sparse products when it
+//! holds a few elements) as `T`, with the a-priori bound `|T - exact| <= β`:
+//! `β = γ_{2K+2} (‖rest_a‖‖b‖ + ‖cap_a‖‖rest_b‖) + (2K+8)·2^-1074` (Higham's bound for any summation order,
+//! the inner products bounded by Cauchy-Schwarz on row norms rounded upwards, the last term for products
+//! that fall below the normal range). `s + e = P + T` exactly (TwoSum); the exact value lies within
+//! `|e| + β` of `s`, so when that is less than half the smaller gap around `s`, `s` *is* the correctly
+//! rounded result. The rest is relative size `2^-s` of its row, so `β` is about `2^-s·2K` ulps of the
+//! row-norm product and the certificate holds for all but a few entries per million; those are recomputed
+//! with the superaccumulator. The result is the same bits as [`super::slow`] for every input: the
+//! certificate is a proof, not an estimate, and the fallback is the reference itself.
+//!
+//! Against [`super::ozaki`] (every slice pair exact, its tails exact on the side) this needs two f64 GEMM
+//! passes instead of three for an f64 operand against a bf16 one, and three instead of eight or nine for
+//! two f64 operands; elements far below their row's maximum cost a few f64 products instead of a
+//! superaccumulator per output entry.
+
+use ndarray::{ArrayView2, ArrayViewMut2};
+use rayon::prelude::*;
+
+use super::ozaki::{f64_gemm_block, f64_gemm_block_acc, pair_budget, range_ok, tile_shape, two_sum, OutPtr, OzakiPlan};
+use super::slicing::{row_need_bound, RowStats};
+use crate::exact::{pow2, ExactSum};
+
+/// Relative costs in f64 multiply-adds; they steer the slice widths, never the result.
+const COST_SPARSE_PRODUCT: f64 = 8.0;
+/// A superaccumulator product costs about a hundred multiply-adds of a blocked f64 GEMM.
+const COST_EXACT_PRODUCT: f64 = 100.0;
+const COST_CERTIFY: f64 = 6.0;
+/// A rest holding more than this fraction of its operand's elements is multiplied as a dense GEMM.
+const DENSE_FRACTION: f64 = 1.0 / 32.0;
+
+/// Slice widths for `a` and `b` (one slice each).
+fn choose(a: &RowStats, b: &RowStats, m: usize, n: usize, k: usize) -> Option<(u32, u32, bool, bool)> {
+    let w = pair_budget(k);
+    if w < 8 {
+        return None;
+    }
+    let (mf, nf, kf) = (m as f64, n as f64, k as f64);
+    let rest_cost = |tails: f64, rows: f64, other: f64| {
+        if tails == 0.0 {
+            0.0
+        } else if tails > DENSE_FRACTION * rows * kf {
+            mf * nf * kf
+        } else {
+            tails * other * COST_SPARSE_PRODUCT
+        }
+    };
+    let mut best: Option<(f64, (u32, u32))> = None;
+    for s_a in 1..w {
+        let s_b = w - s_a;
+        if s_a > 51 || s_b > 51 {
+            continue; // the slicing's rounding trick needs |x| < 2^(unit + 51)
+        }
+        let (ta, tb) = (a.elems_beyond(s_a as usize), b.elems_beyond(s_b as usize));
+        // A rest is below 2^-s of its row's maximum: β is about 2^-s·2K·sqrt(K) ulps of a result of
+        // typical magnitude for random signs; results well below typical have smaller ulps. Measured on
+        // normal f64 against bf16 at K = 768 with s = 21: 13% of the entries fail, 48·K^1.5·2^-s.
+        // A sparse rest's norm is smaller by the square root of the fraction of elements it holds.
+        // A sparse rest's products also pass through fewer roundings: about `4·fraction·K + 1` of a dense
+        // GEMM's K (the most per row, not the mean).
+        let weight = |tails: f64, rows: f64| {
+            let frac = (tails / (rows * kf)).min(1.0);
+            if frac > DENSE_FRACTION {
+                1.0
+            } else {
+                frac.sqrt() * ((4.0 * frac * kf + 1.0) / kf).min(1.0)
+            }
+        };
+        let rel = f64::max(pow2(-(s_a as i32)) * weight(ta, mf), pow2(-(s_b as i32)) * weight(tb, nf));
+        let fail = (48.0 * kf * kf.sqrt() * rel).min(1.0);
+        let cost = mf * nf * kf
+            + rest_cost(ta, mf, nf)
+            + rest_cost(tb, nf, mf)
+            + fail * mf * nf * kf * COST_EXACT_PRODUCT
+            + mf * nf * COST_CERTIFY;
+        if best.is_none_or(|(c, _)| cost < c) {
+            best = Some((cost, (s_a, s_b)));
+        }
+    }
+    let (s_a, s_b) = best?.1;
+    let dense_a = a.elems_beyond(s_a as usize) > DENSE_FRACTION * mf * kf;
+    let dense_b = b.elems_beyond(s_b as usize) > DENSE_FRACTION * nf * kf;
+    range_ok(a, b, &OzakiPlan { s_a, n_a: 1, s_b, n_b: 1 }).then_some((s_a, s_b, dense_a, dense_b))
+}
+
+/// What rounding a row onto its grid leaves.
+enum Rest {
+    /// Every row fits its grid.
+    None,
+    /// Per row, (column, value) of the few elements that do not.
+    Sparse(Vec<Vec<(u32, f64)>>),
+    /// [rows, K] row-major.
+    Dense(Vec<f64>),
+}
+
+/// An operand split into its grid part and its rest, with upper bounds on the rows' 2-norms.
+struct Split<'a> {
+    /// Exponent of each row's grid unit (`emax + 1 - s`; None for an all-zero row).
+    unit0: Vec<Option<i32>>,
+    s: u32,
+    cap: std::borrow::Cow<'a, [f64]>,
+    rest: Rest,
+    norm_cap: Vec<f64>,
+    /// Zero exactly for rows without a rest.
+    norm_rest: Vec<f64>,
+}
+
+/// An upper bound on the 2-norm of `row` (0 only for an all-zero row). Scaled by a power of two so the
+/// squares neither overflow nor, except for elements far below the largest, underflow; each lost square
+/// is below 2^-1074, and the f64 sum and square root are covered by the margins. Eight lanes, so it
+/// vectorises.
+fn norm_up(row: &[f64], e: Option<i32>) -> f64 {
+    const L: usize = 8;
+    let chunks = row.chunks_exact(L);
+    let tail = chunks.remainder();
+    // `e` bounds the row from above (every |x| < 2^(e+1)); without it, find the largest element
+    let e = match e {
+        Some(e) => e,
+        None => {
+            let mut mx = [0.0f64; L];
+            for c in chunks.clone() {
+                for l in 0..L {
+                    mx[l] = mx[l].max(c[l].abs());
+                }
+            }
+            let mx = tail.iter().fold(mx.iter().fold(0.0f64, |m, &v| m.max(v)), |m, v| m.max(v.abs()));
+            if mx == 0.0 {
+                return 0.0;
+            }
+            super::slicing::lead_exp(mx)
+        }
+    }
+    .clamp(-1000, 1000);
+    let (down, up) = (pow2(-e), pow2(e));
+    let mut sq = [0.0f64; L];
+    for c in chunks {
+        for l in 0..L {
+            let y = c[l] * down; // exact: a power of two, results in the normal range or lost below 2^-537
+            sq[l] += y * y;
+        }
+    }
+    let sum = tail.iter().fold(sq.iter().sum::<f64>(), |acc, &v| acc + (v * down) * (v * down));
+    let lenf = row.len() as f64;
+    if sum == 0.0 && row.iter().all(|&v| v == 0.0) {
+        return 0.0; // only an all-zero row: tiny elements whose squares were lost still count below
+    }
+    let sum_up = (sum + lenf * pow2(-1074)) * (1.0 + (lenf + 2.0 * L as f64) * pow2(-52));
+    sum_up.sqrt() * (1.0 + pow2(-50)) * up
+}
+
+impl<'a> Split<'a> {
+    /// Split `x` on grids of `s` bits below each row's largest exponent; `dense` chooses how the rest is
+    /// kept (the planner's estimate: a few elements as lists, most as a matrix).
+    fn new(x: ArrayView2<'a, f64>, emax: &[Option<i32>], s: u32, dense: bool) -> Split<'a> {
+        let (rows, k) = (x.nrows(), x.ncols());
+        let data = x.to_slice().expect("standard layout");
+        let unit0: Vec<Option<i32>> = emax.iter().map(|e| e.map(|e| e + 1 - s as i32)).collect();
+        let fits: Vec<bool> = (0..rows)
+            .map(|r| emax[r].is_none_or(|e| row_need_bound(&data[r * k..(r + 1) * k], e) <= s as i32))
+            .collect();
+        if fits.iter().all(|&f| f) {
+            let norm_cap = data.chunks_exact(k).zip(emax).map(|(row, e)| e.map_or(0.0, |e| norm_up(row, Some(e)))).collect();
+            return Split { unit0, s, cap: std::borrow::Cow::Borrowed(data), rest: Rest::None, norm_cap, norm_rest: vec![0.0; rows] };
+        }
+        let mut cap = super::scratch::take(rows * k);
+        let mut dense_rest = dense.then(|| super::scratch::take(rows * k));
+        let mut sparse_rest: Vec<Vec<(u32, f64)>> = if dense { Vec::new() } else { vec![Vec::new(); rows] };
+        let mut row_buf = vec![0.0f64; k];
+        let (mut norm_cap, mut norm_rest) = (vec![0.0f64; rows], vec![0.0f64; rows]);
+        for r in 0..rows {
+            let (src, c) = (&data[r * k..(r + 1) * k], &mut cap[r * k..(r + 1) * k]);
+            let t = match &mut dense_rest {
+                Some(d) => &mut d[r * k..(r + 1) * k],
+                None => &mut row_buf[..],
+            };
+            match emax[r] {
+                Some(e) if !fits[r] => {
+                    // Round to the nearest multiple of 2^u: adding 1.5·2^(52+u) puts the binary point of the sum
+                    // exactly at 2^u (|x| < 2^(u+s) <= 2^(u+51)); the subtraction is then exact, and so is
+                    // the remainder.
+                    let u = e + 1 - s as i32;
+                    let sigma = 1.5 * pow2(52 + u);
+                    for ((c, t), &v) in c.iter_mut().zip(t.iter_mut()).zip(src) {
+                        let q = (v + sigma) - sigma;
+                        *c = q;
+                        *t = v - q;
+                    }
+                    if dense {
+                        norm_rest[r] = norm_up(t, Some(u));
+                    } else {
+                        let list = &mut sparse_rest[r];
+                        list.extend(t.iter().enumerate().filter(|(_, v)| **v != 0.0).map(|(j, &v)| (j as u32, v)));
+                        let vals: Vec<f64> = list.iter().map(|&(_, v)| v).collect();
+                        norm_rest[r] = norm_up(&vals, Some(u));
+                    }
+                }
+                _ => {
+                    c.copy_from_slice(src);
+                    if dense {
+                        t.fill(0.0);
+                    }
+                }
+            }
+            norm_cap[r] = emax[r].map_or(0.0, |e| norm_up(c, Some(e)));
+        }
+        let rest = match dense_rest {
+            Some(d) => Rest::Dense(d),
+            None => Rest::Sparse(sparse_rest),
+        };
+        Split { unit0, s, cap: std::borrow::Cow::Owned(cap), rest, norm_cap, norm_rest }
+    }
+
+    /// Row `r` of the rest as a dense row, in `buf` when it has to be expanded.
+    fn rest_row<'b>(&'b self, r: usize, k: usize, buf: &'b mut Vec<f64>) -> &'b [f64] {
+        match &self.rest {
+            Rest::Dense(d) => &d[r * k..(r + 1) * k],
+            Rest::Sparse(rows) => {
+                buf.clear();
+                buf.resize(k, 0.0);
+                for &(c, v) in &rows[r] {
+                    buf[c as usize] = v;
+                }
+                buf
+            }
+            Rest::None => {
+                buf.clear();
+                buf.resize(k, 0.0);
+                buf
+            }
+        }
+    }
+
+    /// The most rest elements of any row, when the rest is sparse (0 otherwise).
+    fn max_sparse(&self) -> usize {
+        match &self.rest {
+            Rest::Sparse(rows) => rows.iter().map(Vec::len).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.rest {
+            Rest::None => "none",
+            Rest::Sparse(_) => "sparse",
+            Rest::Dense(_) => "dense",
+        }
+    }
+
+    fn recycle(self) {
+        if let std::borrow::Cow::Owned(v) = self.cap {
+            super::scratch::give(v);
+        }
+        if let Rest::Dense(v) = self.rest {
+            super::scratch::give(v);
+        }
+    }
+}
+
+/// The largest `h` such that every real within `h` of `s` (exclusive) rounds to `s`. Half an ulp, or a quarter where `s` is a
+/// power of two (its lower neighbour is nearer); 0 where `s` is zero or so small that `h` would be subnormal
+/// (those entries are certified only when exact).
+#[inline(always)]
+fn half_gap(s: f64) -> f64 {
+    let bits = s.to_bits();
+    let f = (bits >> 52) & 0x7ff;
+    let power_of_two = (bits & ((1u64 << 52) - 1) == 0) as u64;
+    // lead exponent f - 1023; half an ulp is 2^(lead - 53), the half gap below a power of two 2^(lead - 54)
+    if f > 55 {
+        f64::from_bits((f - 53 - power_of_two) << 52)
+    } else {
+        0.0
+    }
+}
+
+/// `p + t` rounded, and whether that is provably the correctly rounded value of `p + t + δ` for every
+/// `|δ| <= beta` (`p` exact, `t` the computed tail, `beta` its error bound). Branch-free, so that the
+/// certificate loop vectorises.
+#[inline(always)]
+fn certify(p: f64, t: f64, beta: f64) -> (f64, bool) {
+    let (sum, err) = two_sum(p, t); // sum + err == p + t exactly
+    let slack = err.abs() + beta;
+    (sum, slack == 0.0 || slack * (1.0 + pow2(-50)) < half_gap(sum))
+}
+
+/// Per-thread scratch of the tile loop.
+#[derive(Default)]
+struct TileScratch {
+    p: Vec<f64>,
+    t: Vec<f64>,
+    fails: Vec<(usize, usize)>,
+    rest_a: Vec<f64>,
+    rest_b: Vec<f64>,
+    floor_b: Vec<f64>,
+}
+
+/// How one call went, for the probe and the tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CertifiedStats {
+    /// Slice widths, or None when the call deferred to the slicing engine.
+    pub widths: Option<(u32, u32)>,
+    /// Entries whose first certificate failed.
+    pub fallbacks: usize,
+    /// Of those, the entries the second level settled ([`refine`]); the rest went to the superaccumulator.
+    pub refined: usize,
+}
+
+pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayViewMut2<f64>) -> CertifiedStats {
+    let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
+    if a.iter().chain(b.iter()).any(|v| !v.is_finite()) {
+        super::slow::matmul_nt(a, b, None, c);
+        return CertifiedStats::default();
+    }
+    static PROBE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let probe = *PROBE.get_or_init(|| std::env::var_os("MOE_ORACLE_GEMM_PROBE").is_some());
+    let t0 = std::time::Instant::now();
+    let (sa, sb) = (RowStats::of(a), RowStats::of(b));
+    let Some((s_a, s_b, dense_a, dense_b)) = choose(&sa, &sb, m, n, k) else {
+        super::ozaki::matmul_nt(a, b, None, c);
+        return CertifiedStats::default();
+    };
+    let xa = Split::new(a, &sa.emax, s_a, dense_a);
+    let xb = Split::new(b, &sb.emax, s_b, dense_b);
+    let t_split = t0.elapsed();
+    let (a_data, b_data) = (a.to_slice().expect("standard layout"), b.to_slice().expect("standard layout"));
+
+    // β = g·(‖rest_a‖‖b‖ + ‖cap_a‖‖rest_b‖) + floor, the floor only where a rest touches the entry. The tail
+    // of an entry sums at most 2K products (K from each rest; a sparse rest has fewer), and one addition
+    // joins the sparse products to a dense GEMM's: γ_{2K+2}, with a margin for the rounding of β itself.
+    // Order of the tail's sum: the dense GEMMs' products (K each), then each sparse product added one by
+    // one. A dense product passes through at most `dense_k + sparse + 1` roundings, a sparse one through at
+    // most `sparse + 1` (Higham, Lemma 3.3): the sparse rests, whose products meet the full-size other
+    // operand, get the much smaller γ.
+    let dense_k = k * (matches!(xa.rest, Rest::Dense(_)) as usize + matches!(xb.rest, Rest::Dense(_)) as usize);
+    let sparse = xa.max_sparse() + xb.max_sparse();
+    let gamma = |n: usize| {
+        let nu = n as f64 * pow2(-53);
+        nu / (1.0 - nu) * (1.0 + pow2(-30))
+    };
+    let (g_dense, g_sparse) = (gamma(dense_k + sparse + 1), gamma(sparse + 1));
+    let g_a = if matches!(xa.rest, Rest::Dense(_)) { g_dense } else { g_sparse };
+    let g_b = if matches!(xb.rest, Rest::Dense(_)) { g_dense } else { g_sparse };
+    let floor = ((dense_k + sparse) as f64 + 8.0) * pow2(-1074);
+    let norm_b: Vec<f64> = xb.norm_cap.iter().zip(&xb.norm_rest).map(|(c, r)| (c + r) * (1.0 + pow2(-50))).collect();
+
+    let (mb, nb) = tile_shape(m, n, 2);
+    let (row_blocks, col_blocks) = (m.div_ceil(mb), n.div_ceil(nb));
+    assert!(c.ncols() <= 1 || c.strides()[1] == 1, "output rows must be contiguous");
+    let ldc = c.strides()[0];
+    let out_base = OutPtr(c.as_mut_ptr());
+    let fallbacks = std::sync::atomic::AtomicUsize::new(0);
+    let refined_count = std::sync::atomic::AtomicUsize::new(0);
+    // with the probe: CPU nanoseconds in the GEMMs (exact pair and tail), the certificates, the refinements
+    let clock = [(); 3].map(|_| std::sync::atomic::AtomicU64::new(0));
+    let lap = |i: usize, t: &mut Option<std::time::Instant>| {
+        if let Some(t) = t {
+            clock[i].fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+            *t = std::time::Instant::now();
+        }
+    };
+
+    (0..row_blocks * col_blocks).into_par_iter().for_each_init(TileScratch::default, |s, tile| {
+        let (r0, c0) = ((tile / col_blocks) * mb, (tile % col_blocks) * nb);
+        let (r1, c1) = ((r0 + mb).min(m), (c0 + nb).min(n));
+        let (tm, tn) = (r1 - r0, c1 - c0);
+        let mut tt = probe.then(std::time::Instant::now);
+        s.p.resize(tm * tn, 0.0);
+        s.t.resize(tm * tn, 0.0);
+        f64_gemm_block(&mut s.p, &xa.cap[r0 * k..], tm, &xb.cap[c0 * k..], tn, k);
+        // T = rest_a·Bᵀ + cap_a·rest_bᵀ
+        let mut t_written = false;
+        if let Rest::Dense(ra) = &xa.rest {
+            f64_gemm_block(&mut s.t, &ra[r0 * k..], tm, &b_data[c0 * k..], tn, k);
+            t_written = true;
+        }
+        if let Rest::Dense(rb) = &xb.rest {
+            f64_gemm_block_acc(&mut s.t, &xa.cap[r0 * k..], tm, &rb[c0 * k..], tn, k, t_written);
+            t_written = true;
+        }
+        if !t_written {
+            s.t.fill(0.0);
+        }
+        if let Rest::Sparse(ra) = &xa.rest {
+            for r in r0..r1 {
+                let trow = &mut s.t[(r - r0) * tn..(r - r0 + 1) * tn];
+                for &(kk, v) in &ra[r] {
+                    for (j, t) in trow.iter_mut().enumerate() {
+                        *t += v * b_data[(c0 + j) * k + kk as usize];
+                    }
+                }
+            }
+        }
+        if let Rest::Sparse(rb) = &xb.rest {
+            for j in c0..c1 {
+                for &(kk, v) in &rb[j] {
+                    for r in r0..r1 {
+                        s.t[(r - r0) * tn + (j - c0)] += xa.cap[r * k + kk as usize] * v;
+                    }
+                }
+            }
+        }
+
+        lap(0, &mut tt);
+        // Certify each entry; collect the ones that fail.
+        s.fails.clear();
+        let (nbt, nblt) = (&norm_b[c0..c1], &xb.norm_rest[c0..c1]);
+        s.floor_b.clear();
+        s.floor_b.extend(nblt.iter().map(|&v| if v != 0.0 { floor } else { 0.0 }));
+        for r in r0..r1 {
+            let (nal, nac) = (xa.norm_rest[r], xa.norm_cap[r]);
+            let (ga_nal, gb_nac) = (g_a * nal, g_b * nac);
+            let floor_r = if nal != 0.0 { floor } else { 0.0 };
+            // SAFETY: row r, columns c0..c1 of the output belong to this tile only, and lie inside `c`
+            // (rows `ldc` apart, columns contiguous).
+            let out = unsafe { std::slice::from_raw_parts_mut(out_base.get().offset(r as isize * ldc).add(c0), tn) };
+            let (prow, trow) = (&s.p[(r - r0) * tn..(r - r0 + 1) * tn], &s.t[(r - r0) * tn..(r - r0 + 1) * tn]);
+            // β is 0 exactly where no rest touches the entry (then t is 0 and p the exact result).
+            let beta = |nb: f64, nbl: f64, fb: f64| ga_nal * nb + gb_nac * nbl + floor_r.max(fb);
+            let mut any_fail = false;
+            for ((((o, &p), &t), (&nb, &nbl)), &fb) in out.iter_mut().zip(prow).zip(trow).zip(nbt.iter().zip(nblt)).zip(&s.floor_b) {
+                let (sum, ok) = certify(p, t, beta(nb, nbl, fb));
+                *o = sum + 0.0;
+                any_fail |= !ok;
+            }
+            if any_fail {
+                for (j, (((&p, &t), (&nb, &nbl)), &fb)) in prow.iter().zip(trow).zip(nbt.iter().zip(nblt)).zip(&s.floor_b).enumerate() {
+                    if !certify(p, t, beta(nb, nbl, fb)).1 {
+                        s.fails.push((r, j));
+                    }
+                }
+            }
+        }
+        lap(1, &mut tt);
+        if !s.fails.is_empty() {
+            fallbacks.fetch_add(s.fails.len(), std::sync::atomic::Ordering::Relaxed);
+            let mut acc = ExactSum::new();
+            for &(r, j) in &s.fails {
+                let c = c0 + j;
+                let (ar, br) = (&a_data[r * k..(r + 1) * k], &b_data[c * k..(c + 1) * k]);
+                let p = s.p[(r - r0) * tn + j];
+                let refined = refine(&xa, &xb, r, c, p, br, k, &mut s.rest_a, &mut s.rest_b);
+                if refined.is_some() {
+                    refined_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                let v = refined.unwrap_or_else(|| {
+                    acc.clear();
+                    for (&x, &y) in ar.iter().zip(br) {
+                        acc.add_product(x, y);
+                    }
+                    acc.round()
+                });
+                // SAFETY: as above, the entry belongs to this tile.
+                unsafe { *out_base.get().offset(r as isize * ldc).add(c) = v };
+            }
+        }
+        lap(2, &mut tt);
+    });
+    let stats = CertifiedStats { widths: Some((s_a, s_b)), fallbacks: fallbacks.into_inner(), refined: refined_count.into_inner() };
+    if probe {
+        eprintln!(
+            "gemm {m}x{n}x{k} certified s_a {s_a} s_b {s_b}: rest a {} b {}; split {:?} total {:?} (CPU ms: gemms {:.1} certify {:.1} refine {:.1}); {} entries refined, {} exact",
+            xa.kind(),
+            xb.kind(),
+            t_split,
+            t0.elapsed(),
+            clock[0].load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-6,
+            clock[1].load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-6,
+            clock[2].load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-6,
+            stats.refined,
+            stats.fallbacks - stats.refined
+        );
+    }
+    xa.recycle();
+    xb.recycle();
+    stats
+}
+
+/// The second level for an entry whose first certificate failed: each rest is split once more onto the
+/// next grid of its row (`c1`, `s` bits further down, and `r2`, what is left), so that
+///
+///   `rest_a·b + cap_a·rest_b = c1_a·cap_b + cap_a·c1_b + (c1_a·rest_b + r2_a·b + cap_a·r2_b)`.
+///
+/// The first two sums are exact in f64 in any order (the same bit budget as the first slice pair); the
+/// third is 2^-s smaller than the first level's tail, and its bound is the f64 sum of its products'
+/// magnitudes (rounded up) rather than a product of norms. The four parts are joined with TwoSums and
+/// certified as at the first level. None when the certificate fails again (a true near-tie, or an exact
+/// zero with a rest) or a grid would leave the normal range: the caller takes the superaccumulator.
+#[allow(clippy::too_many_arguments)]
+fn refine(xa: &Split, xb: &Split, r: usize, c: usize, p: f64, b: &[f64], k: usize, buf_a: &mut Vec<f64>, buf_b: &mut Vec<f64>) -> Option<f64> {
+    // Grids of the second slices, and the units of the two exact sums; zero rows have no rest.
+    let ua1 = xa.unit0[r].map(|u| u - xa.s as i32);
+    let ub1 = xb.unit0[c].map(|u| u - xb.s as i32);
+    let (ua0, ub0) = (xa.unit0[r].unwrap_or(0), xb.unit0[c].unwrap_or(0));
+    for (g, other) in [(ua1, ub0), (ub1, ua0)] {
+        if let Some(g) = g {
+            if g + other < -1022 || g < -1022 {
+                return None;
+            }
+        }
+    }
+    let sig_a = ua1.map_or(0.0, |u| 1.5 * pow2(52 + u));
+    let sig_b = ub1.map_or(0.0, |u| 1.5 * pow2(52 + u));
+    let ra = xa.rest_row(r, k, buf_a);
+    let rb = xb.rest_row(c, k, buf_b);
+    let (ca, cb) = (&xa.cap[r * k..(r + 1) * k], &xb.cap[c * k..(c + 1) * k]);
+    const L: usize = 8;
+    let (mut e1, mut e2, mut t2, mut bnd) = ([0.0f64; L], [0.0f64; L], [0.0f64; L], [0.0f64; L]);
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn step(x: f64, y: f64, ca: f64, cb: f64, bv: f64, sig_a: f64, sig_b: f64, e1: &mut f64, e2: &mut f64, t2: &mut f64, bnd: &mut f64) {
+        // (x + σ) - σ rounds to the grid (|x| is below half the first grid's unit: far inside 2^(u+51));
+        // with σ = 0 (no rest) x is 0 and so is everything below.
+        let c1a = (x + sig_a) - sig_a;
+        let c1b = (y + sig_b) - sig_b;
+        let (r2a, r2b) = (x - c1a, y - c1b);
+        *e1 += c1a * cb;
+        *e2 += ca * c1b;
+        let (q1, q2, q3) = (c1a * y, r2a * bv, ca * r2b);
+        *t2 += q1 + q2 + q3;
+        *bnd += q1.abs() + q2.abs() + q3.abs();
+    }
+    let (ra, rb, ca, cb, b) = (&ra[..k], &rb[..k], &ca[..k], &cb[..k], &b[..k]);
+    let body = k / L * L;
+    for i0 in (0..body).step_by(L) {
+        let (x, y, p, q, v): (&[f64; L], &[f64; L], &[f64; L], &[f64; L], &[f64; L]) = (
+            ra[i0..i0 + L].try_into().expect("L"),
+            rb[i0..i0 + L].try_into().expect("L"),
+            ca[i0..i0 + L].try_into().expect("L"),
+            cb[i0..i0 + L].try_into().expect("L"),
+            b[i0..i0 + L].try_into().expect("L"),
+        );
+        for l in 0..L {
+            step(x[l], y[l], p[l], q[l], v[l], sig_a, sig_b, &mut e1[l], &mut e2[l], &mut t2[l], &mut bnd[l]);
+        }
+    }
+    for i in body..k {
+        let l = i - body;
+        step(ra[i], rb[i], ca[i], cb[i], b[i], sig_a, sig_b, &mut e1[l], &mut e2[l], &mut t2[l], &mut bnd[l]);
+    }
+    let (e1, e2): (f64, f64) = (e1.iter().sum(), e2.iter().sum()); // exact: integers of the two grids
+    let (t2, bnd): (f64, f64) = (t2.iter().sum(), bnd.iter().sum());
+    // t2 sums 3K products through at most 3K + L + 2 roundings; bnd rounds down by at most as much, and
+    // each product that falls below the normal range loses at most 2^-1075 in either.
+    let n = 3 * k + L + 4;
+    let nu = n as f64 * pow2(-53);
+    let gamma = nu / (1.0 - nu) * (1.0 + pow2(-30));
+    let floor = (2 * n) as f64 * pow2(-1074);
+    let beta2 = gamma * (bnd * (1.0 + 2.0 * gamma) + floor) + floor;
+    // p + e1 + e2 + t2, with every rounding accounted for: three exact TwoSums and one rounded addition
+    // of the small parts.
+    let (h1, l1) = two_sum(p, e1);
+    let (h2, l2) = two_sum(h1, e2);
+    let small = (l1 + l2) + t2;
+    let small_err = 2.0 * pow2(-53) * ((l1.abs() + l2.abs()) + t2.abs()) * (1.0 + pow2(-40));
+    let (sum, e) = two_sum(h2, small);
+    let slack = e.abs() + small_err + beta2;
+    (slack == 0.0 || slack * (1.0 + pow2(-50)) < half_gap(sum)).then_some(sum + 0.0)
+}
