@@ -3,7 +3,7 @@
 //! FLOPs on this machine.
 //!
 //!     cargo bench -p moe-reference --bench exact_layer                 # 1024 tokens
-//!     cargo bench -p moe-reference --bench exact_layer -- --tokens 256
+//!     cargo bench -p moe-reference --bench exact_layer -- --tokens 256 [--engine certified|ozaki|reference] [--exact-checksum]
 //!     cargo bench -p moe-reference --bench exact_layer -- --recipes bf16,fp8-block,mxfp8 [--skip-floor] [--checksum] [--exact-last | --no-exact] [--deviations]
 //!
 //! With `--recipes`, each emulated recipe (forward + backward + every bound) is timed too, with its ratio
@@ -19,6 +19,7 @@
 use std::time::Instant;
 
 use moe_reference::config::{Activation, MoeConfig, Routing, Score};
+use moe_reference::gemm::Engine;
 use moe_reference::layer::{self, LayerInputs, Options};
 use ndarray::{Array2, Array3};
 
@@ -119,15 +120,40 @@ fn main() {
     let threads = rayon::current_num_threads();
     eprintln!("qwen3-30b-a3b layer, {tokens} tokens, exact mode, {threads} threads");
 
+    // `--engine certified|ozaki|reference`: the exact GEMM engine (all give the same bits; `--exact-checksum`
+    // prints a hash of y and of every gradient to show it at this shape).
+    let engine = match args.iter().position(|a| a == "--engine").and_then(|i| args.get(i + 1)).map(String::as_str) {
+        None | Some("certified") => Engine::Certified,
+        Some("ozaki") => Engine::Ozaki,
+        Some("reference") => Engine::Reference,
+        Some(other) => panic!("unknown engine {other} (certified, ozaki, reference)"),
+    };
+    let opt = Options { engine };
+    eprintln!("exact GEMM engine {engine:?}");
+    let exact_checksum = args.iter().any(|a| a == "--exact-checksum");
+
     // The exact run, timed: (forward s, backward s, dispatched rows, rows per expert).
     let run_exact = || {
         let t0 = Instant::now();
-        let fwd = layer::forward(&inp, Options::default());
+        let fwd = layer::forward(&inp, opt);
         let t_fwd = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
-        let bwd = layer::backward(&inp, &fwd, dy.view(), Options::default());
+        let bwd = layer::backward(&inp, &fwd, dy.view(), opt);
         let t_bwd = t1.elapsed().as_secs_f64();
         std::hint::black_box(&bwd);
+        if exact_checksum {
+            let h = |a: ndarray::ArrayViewD<f64>| hash_bits(a.iter().map(|x| x.to_bits()));
+            let mut tensors = vec![("y", h(fwd.y.view().into_dyn())), ("grad.x", h(bwd.grad_x.view().into_dyn()))];
+            tensors.push(("grad.w13", h(bwd.grad_w13.view().into_dyn())));
+            tensors.push(("grad.w2", h(bwd.grad_w2.view().into_dyn())));
+            tensors.push(("grad.topk_weights", h(bwd.grad_topk_weights.view().into_dyn())));
+            if let Some(g) = &bwd.grad_router_weight {
+                tensors.push(("grad.router.weight", h(g.view().into_dyn())));
+            }
+            for (name, v) in tensors {
+                println!("  exact checksum {name:<20} {v:016x}");
+            }
+        }
         let expert_rows: Vec<usize> = (0..e).map(|ex| fwd.rows.expert_rows(ex).len()).collect();
         (t_fwd, t_bwd, fwd.rows.rows(), expert_rows) // fwd and bwd dropped here
     };
