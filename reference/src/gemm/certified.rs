@@ -9,14 +9,14 @@
 //!
 //! The last two terms are computed in plain f64 (a dense GEMM when a rest is dense, sparse products when it
 //! holds a few elements) as `T`, with the a-priori bound `|T - exact| <= β`:
-//! `β = γ_{2K+2} (‖rest_a‖‖b‖ + ‖cap_a‖‖rest_b‖) + (2K+8)·2^-1074` (Higham's bound for any summation order,
-//! the inner products bounded by Cauchy-Schwarz on row norms rounded upwards, the last term for products
-//! that fall below the normal range). `s + e = P + T` exactly (TwoSum); the exact value lies within
-//! `|e| + β` of `s`, so when that is less than half the smaller gap around `s`, `s` *is* the correctly
-//! rounded result. The rest is relative size `2^-s` of its row, so `β` is about `2^-s·2K` ulps of the
-//! row-norm product and the certificate holds for all but a few entries per million; those are recomputed
-//! with the superaccumulator. The result is the same bits as [`super::slow`] for every input: the
-//! certificate is a proof, not an estimate, and the fallback is the reference itself.
+//! `β = γ_a ‖rest_a‖‖b‖ + γ_b ‖cap_a‖‖rest_b‖ + floor` (Higham's bound for any summation order, γ counting
+//! the roundings each side's products pass through; the inner products bounded by Cauchy-Schwarz on row
+//! norms rounded upwards; the floor for products that fall below the normal range). `s + e = P + T`
+//! exactly (TwoSum); the exact value lies within `|e| + β` of `s`, so when that is less than half the gap
+//! around `s`, `s` *is* the correctly rounded result. The certificate fails for a few per cent of the
+//! entries at K = 1536-2048 and far fewer at small K; those go to a second level ([`refine`]), and the
+//! very few it cannot settle to the superaccumulator. The result is the same bits as [`super::slow`] for
+//! every input: each certificate is a proof, not an estimate, and the last fallback is the reference.
 //!
 //! Against [`super::ozaki`] (every slice pair exact, its tails exact on the side) this needs two f64 GEMM
 //! passes instead of three for an f64 operand against a bf16 one, and three instead of eight or nine for
@@ -27,7 +27,7 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
 use super::ozaki::{f64_gemm_block, f64_gemm_block_acc, pair_budget, range_ok, tile_shape, two_sum, OutPtr, OzakiPlan};
-use super::slicing::{row_need_bound, RowStats};
+use super::slicing::{grid_sigma, rows_fit, RowStats};
 use crate::exact::{pow2, ExactSum};
 
 /// Relative costs in f64 multiply-adds; they steer the slice widths, never the result.
@@ -116,32 +116,15 @@ struct Split<'a> {
     norm_rest: Vec<f64>,
 }
 
-/// An upper bound on the 2-norm of `row` (0 only for an all-zero row). Scaled by a power of two so the
-/// squares neither overflow nor, except for elements far below the largest, underflow; each lost square
-/// is below 2^-1074, and the f64 sum and square root are covered by the margins. Eight lanes, so it
-/// vectorises.
-fn norm_up(row: &[f64], e: Option<i32>) -> f64 {
+/// An upper bound on the 2-norm of `row` (0 only for an all-zero row), every |x| of which is below
+/// 2^(e+1). Scaled by 2^-e so the squares neither overflow nor, except for elements far below 2^e,
+/// underflow; each lost square is below 2^-1074, and the f64 sum and square root are covered by the
+/// margins. Eight lanes, so it vectorises.
+fn norm_up(row: &[f64], e: i32) -> f64 {
     const L: usize = 8;
     let chunks = row.chunks_exact(L);
     let tail = chunks.remainder();
-    // `e` bounds the row from above (every |x| < 2^(e+1)); without it, find the largest element
-    let e = match e {
-        Some(e) => e,
-        None => {
-            let mut mx = [0.0f64; L];
-            for c in chunks.clone() {
-                for l in 0..L {
-                    mx[l] = mx[l].max(c[l].abs());
-                }
-            }
-            let mx = tail.iter().fold(mx.iter().fold(0.0f64, |m, &v| m.max(v)), |m, v| m.max(v.abs()));
-            if mx == 0.0 {
-                return 0.0;
-            }
-            super::slicing::lead_exp(mx)
-        }
-    }
-    .clamp(-1000, 1000);
+    let e = e.clamp(-1000, 1000);
     let (down, up) = (pow2(-e), pow2(e));
     let mut sq = [0.0f64; L];
     for c in chunks {
@@ -166,11 +149,9 @@ impl<'a> Split<'a> {
         let (rows, k) = (x.nrows(), x.ncols());
         let data = x.to_slice().expect("standard layout");
         let unit0: Vec<Option<i32>> = emax.iter().map(|e| e.map(|e| e + 1 - s as i32)).collect();
-        let fits: Vec<bool> = (0..rows)
-            .map(|r| emax[r].is_none_or(|e| row_need_bound(&data[r * k..(r + 1) * k], e) <= s as i32))
-            .collect();
+        let fits = rows_fit(data, k, emax, s);
         if fits.iter().all(|&f| f) {
-            let norm_cap = data.chunks_exact(k).zip(emax).map(|(row, e)| e.map_or(0.0, |e| norm_up(row, Some(e)))).collect();
+            let norm_cap = data.chunks_exact(k).zip(emax).map(|(row, e)| e.map_or(0.0, |e| norm_up(row, e))).collect();
             return Split { unit0, s, cap: std::borrow::Cow::Borrowed(data), rest: Rest::None, norm_cap, norm_rest: vec![0.0; rows] };
         }
         let mut cap = super::scratch::take(rows * k);
@@ -186,23 +167,21 @@ impl<'a> Split<'a> {
             };
             match emax[r] {
                 Some(e) if !fits[r] => {
-                    // Round to the nearest multiple of 2^u: adding 1.5·2^(52+u) puts the binary point of the sum
-                    // exactly at 2^u (|x| < 2^(u+s) <= 2^(u+51)); the subtraction is then exact, and so is
-                    // the remainder.
+                    // |x| < 2^(u+s) <= 2^(u+51): see `grid_sigma`; cap and rest are exact.
                     let u = e + 1 - s as i32;
-                    let sigma = 1.5 * pow2(52 + u);
+                    let sigma = grid_sigma(u);
                     for ((c, t), &v) in c.iter_mut().zip(t.iter_mut()).zip(src) {
                         let q = (v + sigma) - sigma;
                         *c = q;
                         *t = v - q;
                     }
                     if dense {
-                        norm_rest[r] = norm_up(t, Some(u));
+                        norm_rest[r] = norm_up(t, u);
                     } else {
                         let list = &mut sparse_rest[r];
                         list.extend(t.iter().enumerate().filter(|(_, v)| **v != 0.0).map(|(j, &v)| (j as u32, v)));
                         let vals: Vec<f64> = list.iter().map(|&(_, v)| v).collect();
-                        norm_rest[r] = norm_up(&vals, Some(u));
+                        norm_rest[r] = norm_up(&vals, u);
                     }
                 }
                 _ => {
@@ -212,7 +191,7 @@ impl<'a> Split<'a> {
                     }
                 }
             }
-            norm_cap[r] = emax[r].map_or(0.0, |e| norm_up(c, Some(e)));
+            norm_cap[r] = emax[r].map_or(0.0, |e| norm_up(c, e));
         }
         let rest = match dense_rest {
             Some(d) => Rest::Dense(d),
@@ -283,14 +262,25 @@ fn half_gap(s: f64) -> f64 {
     }
 }
 
+/// γ_n = n·u / (1 - n·u) (u = 2^-53), with a margin for the rounding of the bounds built from it.
+fn gamma(n: usize) -> f64 {
+    let nu = n as f64 * pow2(-53);
+    nu / (1.0 - nu) * (1.0 + pow2(-30))
+}
+
+/// Whether `sum` is the correctly rounded value of every real within `slack` of it.
+#[inline(always)]
+fn settled(sum: f64, slack: f64) -> bool {
+    slack == 0.0 || slack * (1.0 + pow2(-50)) < half_gap(sum)
+}
+
 /// `p + t` rounded, and whether that is provably the correctly rounded value of `p + t + δ` for every
 /// `|δ| <= beta` (`p` exact, `t` the computed tail, `beta` its error bound). Branch-free, so that the
 /// certificate loop vectorises.
 #[inline(always)]
 fn certify(p: f64, t: f64, beta: f64) -> (f64, bool) {
     let (sum, err) = two_sum(p, t); // sum + err == p + t exactly
-    let slack = err.abs() + beta;
-    (sum, slack == 0.0 || slack * (1.0 + pow2(-50)) < half_gap(sum))
+    (sum, settled(sum, err.abs() + beta))
 }
 
 /// Per-thread scratch of the tile loop.
@@ -307,7 +297,8 @@ struct TileScratch {
 /// How one call went, for the probe and the tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CertifiedStats {
-    /// Slice widths, or None when the call deferred to the slicing engine.
+    /// Slice widths, or None when the call deferred to another engine (non-finite inputs, or magnitudes
+    /// beyond the grids' range).
     pub widths: Option<(u32, u32)>,
     /// Entries whose first certificate failed.
     pub fallbacks: usize,
@@ -334,19 +325,13 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayView
     let t_split = t0.elapsed();
     let (a_data, b_data) = (a.to_slice().expect("standard layout"), b.to_slice().expect("standard layout"));
 
-    // β = g·(‖rest_a‖‖b‖ + ‖cap_a‖‖rest_b‖) + floor, the floor only where a rest touches the entry. The tail
-    // of an entry sums at most 2K products (K from each rest; a sparse rest has fewer), and one addition
-    // joins the sparse products to a dense GEMM's: γ_{2K+2}, with a margin for the rounding of β itself.
+    // β = g_a·‖rest_a‖‖b‖ + g_b·‖cap_a‖‖rest_b‖ + floor, the floor only where a rest touches the entry.
     // Order of the tail's sum: the dense GEMMs' products (K each), then each sparse product added one by
     // one. A dense product passes through at most `dense_k + sparse + 1` roundings, a sparse one through at
     // most `sparse + 1` (Higham, Lemma 3.3): the sparse rests, whose products meet the full-size other
     // operand, get the much smaller γ.
     let dense_k = k * (matches!(xa.rest, Rest::Dense(_)) as usize + matches!(xb.rest, Rest::Dense(_)) as usize);
     let sparse = xa.max_sparse() + xb.max_sparse();
-    let gamma = |n: usize| {
-        let nu = n as f64 * pow2(-53);
-        nu / (1.0 - nu) * (1.0 + pow2(-30))
-    };
     let (g_dense, g_sparse) = (gamma(dense_k + sparse + 1), gamma(sparse + 1));
     let g_a = if matches!(xa.rest, Rest::Dense(_)) { g_dense } else { g_sparse };
     let g_b = if matches!(xb.rest, Rest::Dense(_)) { g_dense } else { g_sparse };
@@ -508,8 +493,8 @@ fn refine(xa: &Split, xb: &Split, r: usize, c: usize, p: f64, b: &[f64], k: usiz
             }
         }
     }
-    let sig_a = ua1.map_or(0.0, |u| 1.5 * pow2(52 + u));
-    let sig_b = ub1.map_or(0.0, |u| 1.5 * pow2(52 + u));
+    let sig_a = ua1.map_or(0.0, grid_sigma);
+    let sig_b = ub1.map_or(0.0, grid_sigma);
     let ra = xa.rest_row(r, k, buf_a);
     let rb = xb.rest_row(c, k, buf_b);
     let (ca, cb) = (&xa.cap[r * k..(r + 1) * k], &xb.cap[c * k..(c + 1) * k]);
@@ -552,10 +537,9 @@ fn refine(xa: &Split, xb: &Split, r: usize, c: usize, p: f64, b: &[f64], k: usiz
     // t2 sums 3K products through at most 3K + L + 2 roundings; bnd rounds down by at most as much, and
     // each product that falls below the normal range loses at most 2^-1075 in either.
     let n = 3 * k + L + 4;
-    let nu = n as f64 * pow2(-53);
-    let gamma = nu / (1.0 - nu) * (1.0 + pow2(-30));
+    let g = gamma(n);
     let floor = (2 * n) as f64 * pow2(-1074);
-    let beta2 = gamma * (bnd * (1.0 + 2.0 * gamma) + floor) + floor;
+    let beta2 = g * (bnd * (1.0 + 2.0 * g) + floor) + floor;
     // p + e1 + e2 + t2, with every rounding accounted for: three exact TwoSums and one rounded addition
     // of the small parts.
     let (h1, l1) = two_sum(p, e1);
@@ -563,6 +547,5 @@ fn refine(xa: &Split, xb: &Split, r: usize, c: usize, p: f64, b: &[f64], k: usiz
     let small = (l1 + l2) + t2;
     let small_err = 2.0 * pow2(-53) * ((l1.abs() + l2.abs()) + t2.abs()) * (1.0 + pow2(-40));
     let (sum, e) = two_sum(h2, small);
-    let slack = e.abs() + small_err + beta2;
-    (slack == 0.0 || slack * (1.0 + pow2(-50)) < half_gap(sum)).then_some(sum + 0.0)
+    settled(sum, e.abs() + small_err + beta2).then_some(sum + 0.0)
 }

@@ -114,7 +114,7 @@ impl RowStats {
 /// An upper bound on the bits any element of the row needs below `emax`, from one vectorisable pass:
 /// the smallest exponent and the OR of all significands bound every element's lowest set bit from below.
 #[inline]
-pub(super) fn row_need_bound(row: &[f64], emax: i32) -> i32 {
+fn row_need_bound(row: &[f64], emax: i32) -> i32 {
     let (mut min_field, mut or_m) = (0x7ffu64, 0u64);
     for &v in row {
         let bits = v.to_bits() & !(1u64 << 63);
@@ -129,6 +129,23 @@ pub(super) fn row_need_bound(row: &[f64], emax: i32) -> i32 {
         return 0;
     }
     emax + 1 - (min_field as i32 - 1075 + or_m.trailing_zeros() as i32)
+}
+
+/// Per row: whether every element lies on the grid `bits` bits below the row's largest exponent (by
+/// [`row_need_bound`]; an all-zero row fits).
+pub(super) fn rows_fit(data: &[f64], k: usize, emax: &[Option<i32>], bits: u32) -> Vec<bool> {
+    emax.iter()
+        .enumerate()
+        .map(|(r, e)| e.is_none_or(|e| row_need_bound(&data[r * k..(r + 1) * k], e) <= bits as i32))
+        .collect()
+}
+
+/// `σ` for rounding to the nearest multiple of 2^u as `(x + σ) - σ`: adding 1.5·2^(52+u) puts the binary
+/// point of the sum exactly at 2^u, so for |x| < 2^(u+51) the rounding is to that grid and the
+/// subtraction (and `x` minus the result) is exact.
+#[inline(always)]
+pub(super) fn grid_sigma(u: i32) -> f64 {
+    1.5 * pow2(52 + u)
 }
 
 /// A matrix split into `n` slices of `s` bits, plus its tails.
@@ -152,9 +169,7 @@ impl<'a> Sliced<'a> {
         let (rows, k) = (x.nrows(), x.ncols());
         let data = x.to_slice().expect("standard layout");
         let unit0: Vec<i32> = emax.iter().map(|e| e.map_or(0, |e| e + 1 - s as i32)).collect();
-        let fits: Vec<bool> = (0..rows)
-            .map(|r| emax[r].is_none_or(|e| row_need_bound(&data[r * k..(r + 1) * k], e) <= (n as i32) * s as i32))
-            .collect();
+        let fits = rows_fit(data, k, emax, (n as u32) * s);
         let tails = vec![Vec::new(); rows];
         if n == 1 && fits.iter().all(|&f| f) {
             return Sliced { vals: std::borrow::Cow::Borrowed(data), unit0, tails };
@@ -174,9 +189,8 @@ impl<'a> Sliced<'a> {
             rem.copy_from_slice(row);
             for i in 0..n {
                 let u = unit0[r] - (i as i32) * s as i32;
-                // Round to the nearest multiple of 2^u: adding 1.5·2^(52+u) puts the binary point of the
-                // sum exactly at 2^u (|rem| < 2^(u+s) <= 2^(u+51)); the subtraction is then exact.
-                let sigma = 1.5 * pow2(52 + u);
+                // |rem| < 2^(u+s) <= 2^(u+51): see `grid_sigma`.
+                let sigma = grid_sigma(u);
                 let out = &mut vals[(i * rows + r) * k..(i * rows + r + 1) * k];
                 for (o, v) in out.iter_mut().zip(rem.iter_mut()) {
                     let q = (*v + sigma) - sigma;
