@@ -271,3 +271,27 @@ fn certified_needs_few_fallbacks_on_layer_shaped_data() {
         assert!((stats.fallbacks - stats.refined) * 10_000 <= m * n, "{ka:?} x {kb:?} K {k}: {} of {} entries exact ({stats:?})", stats.fallbacks - stats.refined, m * n);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(60))]
+
+    /// An Inf or NaN anywhere in either operand (in the vectorised body of a row or in its last few
+    /// elements) sends the fast engines to the superaccumulator, which propagates it as IEEE arithmetic
+    /// does: the same bits from every engine, and each entry NaN or infinite exactly where the reference
+    /// says so.
+    #[test]
+    fn non_finite_elements_give_the_reference_result((m, n, k) in (1usize..12, 1usize..12, 1usize..40), which in 0usize..3,
+                                                     at in any::<(usize, usize)>(), in_b in any::<bool>(), seed in any::<u64>()) {
+        let mut g = Gen(seed | 1);
+        let mut a = fill(Kind::Bf16, m, k, &mut g);
+        let mut b = fill(Kind::F64, n, k, &mut g);
+        let v = [f64::INFINITY, f64::NEG_INFINITY, f64::NAN][which];
+        if in_b { b[[at.0 % n, at.1 % k]] = v } else { a[[at.0 % m, at.1 % k]] = v }
+        let slow = matmul_nt_with(Engine::Reference, a.view(), b.view());
+        prop_assert!(slow.iter().any(|x| !x.is_finite()));
+        for engine in [Engine::Ozaki, Engine::Certified] {
+            let fast = matmul_nt_with(engine, a.view(), b.view());
+            assert_same(&fast, &slow);
+        }
+    }
+}

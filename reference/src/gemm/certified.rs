@@ -170,18 +170,18 @@ impl<'a> Split<'a> {
                     // |x| < 2^(u+s) <= 2^(u+51): see `grid_sigma`; cap and rest are exact.
                     let u = e + 1 - s as i32;
                     let sigma = grid_sigma(u);
-                    for ((c, t), &v) in c.iter_mut().zip(t.iter_mut()).zip(src) {
-                        let q = (v + sigma) - sigma;
-                        *c = q;
-                        *t = v - q;
-                    }
                     if dense {
+                        for ((c, t), &v) in c.iter_mut().zip(t.iter_mut()).zip(src) {
+                            let q = (v + sigma) - sigma;
+                            *c = q;
+                            *t = v - q;
+                        }
                         norm_rest[r] = norm_up(t, u);
                     } else {
                         let list = &mut sparse_rest[r];
-                        list.extend(t.iter().enumerate().filter(|(_, v)| **v != 0.0).map(|(j, &v)| (j as u32, v)));
-                        let vals: Vec<f64> = list.iter().map(|&(_, v)| v).collect();
-                        norm_rest[r] = norm_up(&vals, u);
+                        split_row_sparse(src, c, sigma, list);
+                        t[..list.len()].iter_mut().zip(list.iter()).for_each(|(t, &(_, v))| *t = v);
+                        norm_rest[r] = norm_up(&t[..list.len()], u);
                     }
                 }
                 _ => {
@@ -246,6 +246,37 @@ impl<'a> Split<'a> {
     }
 }
 
+/// Round `src` onto the grid of `sigma` (see [`grid_sigma`]) into `cap`, and append the (column, value) of
+/// each non-zero remainder to `list`. Remainders are rare, so each chunk of eight is scanned for them only
+/// when the OR of its remainders' bits says it holds one: the rounding loop stays branch-free and vectorises.
+fn split_row_sparse(src: &[f64], cap: &mut [f64], sigma: f64, list: &mut Vec<(u32, f64)>) {
+    const L: usize = 8;
+    let mut scan = |base: usize, src: &[f64], cap: &[f64]| {
+        for (j, (&v, &q)) in src.iter().zip(cap).enumerate() {
+            let t = v - q;
+            if t != 0.0 {
+                list.push(((base + j) as u32, t));
+            }
+        }
+    };
+    let n = src.len() / L * L;
+    for (i, (c, x)) in cap[..n].chunks_exact_mut(L).zip(src[..n].chunks_exact(L)).enumerate() {
+        let mut any = 0u64;
+        for l in 0..L {
+            let q = (x[l] + sigma) - sigma;
+            c[l] = q;
+            any |= (x[l] - q).to_bits();
+        }
+        if any != 0 {
+            scan(i * L, x, c);
+        }
+    }
+    for (c, &v) in cap[n..].iter_mut().zip(&src[n..]) {
+        *c = (v + sigma) - sigma;
+    }
+    scan(n, &src[n..], &cap[n..]);
+}
+
 /// The largest `h` such that every real within `h` of `s` (exclusive) rounds to `s`. Half an ulp, or a quarter where `s` is a
 /// power of two (its lower neighbour is nearer); 0 where `s` is zero or so small that `h` would be subnormal
 /// (those entries are certified only when exact).
@@ -308,14 +339,14 @@ pub struct CertifiedStats {
 
 pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayViewMut2<f64>) -> CertifiedStats {
     let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
-    if a.iter().chain(b.iter()).any(|v| !v.is_finite()) {
-        super::slow::matmul_nt(a, b, None, c);
-        return CertifiedStats::default();
-    }
     static PROBE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let probe = *PROBE.get_or_init(|| std::env::var_os("MOE_ORACLE_GEMM_PROBE").is_some());
     let t0 = std::time::Instant::now();
     let (sa, sb) = (RowStats::of(a), RowStats::of(b));
+    if !sa.finite() || !sb.finite() {
+        super::slow::matmul_nt(a, b, None, c);
+        return CertifiedStats::default();
+    }
     let Some((s_a, s_b, dense_a, dense_b)) = choose(&sa, &sb, m, n, k) else {
         super::ozaki::matmul_nt(a, b, None, c);
         return CertifiedStats::default();

@@ -182,13 +182,13 @@ struct TileScratch {
 
 pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Extra>, mut c: ArrayViewMut2<f64>) {
     let (m, n, k) = (a.nrows(), b.nrows(), a.ncols());
-    if a.iter().chain(b.iter()).any(|v| !v.is_finite()) {
-        return super::slow::matmul_nt(a, b, extra, c);
-    }
     static PROBE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let probe = *PROBE.get_or_init(|| std::env::var_os("MOE_ORACLE_GEMM_PROBE").is_some());
     let t0 = std::time::Instant::now();
     let (sa, sb) = (RowStats::of(a), RowStats::of(b));
+    if !sa.finite() || !sb.finite() {
+        return super::slow::matmul_nt(a, b, extra, c);
+    }
     let t_stats = t0.elapsed();
     let Some(plan) = choose(&sa, &sb, m, n, k) else {
         return super::slow::matmul_nt(a, b, extra, c);

@@ -17,7 +17,7 @@ use crate::exact::pow2;
 /// Needs are counted exactly up to this many bits; anything wider is lumped into the last bin.
 pub(super) const NEED_CAP: usize = 320;
 /// The planner's histograms look at no more than this many rows (evenly spread): plans only steer speed.
-const SAMPLE_ROWS: usize = 256;
+const SAMPLE_ROWS: usize = 64;
 
 /// Biased exponent field of an f64.
 #[inline(always)]
@@ -46,15 +46,18 @@ fn low_exp(x: f64) -> i32 {
     f.max(1) - 1075 + m.trailing_zeros() as i32
 }
 
-/// Largest exponent of each row (None for an all-zero row).
+/// Largest exponent of each row (None for an all-zero row); a row holding an Inf or NaN gets 1024 (the
+/// exponent field 0x7ff), which no finite element has, so one scan also tells whether the operand is finite.
+/// The fields are compared as u32 in eight lanes, so the scan vectorises (it runs over every element of
+/// both operands of every GEMM).
 pub(super) fn row_emax(x: ArrayView2<f64>) -> Vec<Option<i32>> {
     x.rows()
         .into_iter()
         .map(|row| {
             let row = row.as_slice().expect("standard layout");
-            let f = row.iter().fold(0u64, |m, v| m.max(v.to_bits() & 0x7ff0_0000_0000_0000));
+            let f = max_exp_field(row);
             if f != 0 {
-                Some((f >> 52) as i32 - 1023)
+                Some(f as i32 - 1023)
             } else {
                 // zero row, or subnormals only
                 row.iter().filter(|v| **v != 0.0).map(|v| lead_exp(*v)).max()
@@ -62,6 +65,24 @@ pub(super) fn row_emax(x: ArrayView2<f64>) -> Vec<Option<i32>> {
         })
         .collect()
 }
+
+/// The largest biased exponent field among `row`'s elements.
+#[inline]
+fn max_exp_field(row: &[f64]) -> u32 {
+    const L: usize = 8;
+    let chunks = row.chunks_exact(L);
+    let tail = chunks.remainder();
+    let mut lanes = [0u32; L];
+    for c in chunks {
+        for l in 0..L {
+            lanes[l] = lanes[l].max(((c[l].to_bits() >> 52) & 0x7ff) as u32);
+        }
+    }
+    tail.iter().fold(lanes.into_iter().max().unwrap_or(0), |m, v| m.max(((v.to_bits() >> 52) & 0x7ff) as u32))
+}
+
+/// The exponent [`row_emax`] gives a row that holds an Inf or NaN.
+pub(super) const NONFINITE_EMAX: i32 = 0x7ff - 1023;
 
 /// What the planner needs: each row's largest exponent and (on a sample of rows) histograms of how many
 /// bits the elements, and whole rows, need below it.
@@ -76,6 +97,10 @@ impl RowStats {
     pub fn of(x: ArrayView2<f64>) -> RowStats {
         let emax = row_emax(x);
         let rows = x.nrows();
+        if emax.contains(&Some(NONFINITE_EMAX)) {
+            // no plan is made for non-finite operands (see `finite`)
+            return RowStats { emax, elem_need: vec![0.0; NEED_CAP + 1], row_need: vec![0.0; NEED_CAP + 1] };
+        }
         let step = rows.div_ceil(SAMPLE_ROWS).max(1);
         let mut elem_need = vec![0.0f64; NEED_CAP + 1];
         let mut row_need = vec![0.0f64; NEED_CAP + 1];
@@ -103,6 +128,11 @@ impl RowStats {
     }
     pub fn rows_beyond(&self, bits: usize) -> f64 {
         self.row_need.iter().skip(bits + 1).sum()
+    }
+    /// Whether every element is finite (the engines hand non-finite operands to the superaccumulator,
+    /// which propagates Inf and NaN as IEEE arithmetic does).
+    pub fn finite(&self) -> bool {
+        !self.emax.contains(&Some(NONFINITE_EMAX))
     }
     pub fn emax_range(&self) -> Option<(i32, i32)> {
         let mut it = self.emax.iter().flatten();
