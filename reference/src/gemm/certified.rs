@@ -26,7 +26,7 @@
 use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
-use super::ozaki::{f64_gemm_block, f64_gemm_block_acc, pair_budget, range_ok, tile_shape, two_sum, OutPtr, OzakiPlan};
+use super::ozaki::{f64_gemm_block, f64_gemm_strided, pair_budget, range_ok, tile_shape, two_sum, OutPtr, OzakiPlan};
 use super::slicing::{grid_sigma, rows_fit, RowStats};
 use crate::exact::{pow2, ExactSum};
 
@@ -63,22 +63,24 @@ fn choose(a: &RowStats, b: &RowStats, m: usize, n: usize, k: usize) -> Option<(u
             continue; // the slicing's rounding trick needs |x| < 2^(unit + 51)
         }
         let (ta, tb) = (a.elems_beyond(s_a as usize), b.elems_beyond(s_b as usize));
-        // A rest is below 2^-s of its row's maximum: β is about 2^-s·2K·sqrt(K) ulps of a result of
-        // typical magnitude for random signs; results well below typical have smaller ulps. Measured on
-        // normal f64 against bf16 at K = 768 with s = 21: 13% of the entries fail, 48·K^1.5·2^-s.
+        // A rest is below 2^-s of its row's maximum: β is about 2^-s·2n·sqrt(K) ulps of a result of
+        // typical magnitude for random signs (n the roundings a product passes through: K when the tail
+        // GEMM was one block); results well below typical have smaller ulps. Measured on normal f64
+        // against bf16 at K = 768 with s = 21 and n = K: 13% of the entries fail, 48·n·sqrt(K)·2^-s.
         // A sparse rest's norm is smaller by the square root of the fraction of elements it holds.
-        // A sparse rest's products also pass through fewer roundings: about `4·fraction·K + 1` of a dense
-        // GEMM's K (the most per row, not the mean).
+        // A sparse rest's products also pass through fewer roundings: about `4·fraction·K + 1` (the most
+        // per row, not the mean).
+        let n_dense = dense_roundings(k, 1) as f64;
         let weight = |tails: f64, rows: f64| {
             let frac = (tails / (rows * kf)).min(1.0);
             if frac > DENSE_FRACTION {
-                1.0
+                n_dense
             } else {
-                frac.sqrt() * ((4.0 * frac * kf + 1.0) / kf).min(1.0)
+                frac.sqrt() * (4.0 * frac * kf + 1.0).min(n_dense)
             }
         };
         let rel = f64::max(pow2(-(s_a as i32)) * weight(ta, mf), pow2(-(s_b as i32)) * weight(tb, nf));
-        let fail = (48.0 * kf * kf.sqrt() * rel).min(1.0);
+        let fail = (48.0 * kf.sqrt() * rel).min(1.0);
         let cost = mf * nf * kf
             + rest_cost(ta, mf, nf)
             + rest_cost(tb, nf, mf)
@@ -314,11 +316,31 @@ fn certify(p: f64, t: f64, beta: f64) -> (f64, bool) {
     (sum, settled(sum, err.abs() + beta))
 }
 
+/// Contraction block of the dense tail GEMMs. Higham's bound grows with the roundings a product can pass
+/// through; summed in blocks, that is at most a block's plus one per block instead of K, so at K = 1536
+/// the bound β is about five times smaller, and so is the share of entries whose certificate fails
+/// (measured on dx_rows-shaped data: see BENCHMARKS.md, session 12). A block is long enough that the f64
+/// GEMM keeps its speed.
+const TAIL_BLOCK: usize = 256;
+
+/// The most roundings a product of a dense tail part passes through before the sparse products join:
+/// `TAIL_BLOCK - 1` inside its block's GEMM (any order), one when the block is added to the tail, and one
+/// for each later block (`parts` dense parts of `k` each, in blocks of `TAIL_BLOCK`).
+fn dense_roundings(k: usize, parts: usize) -> usize {
+    if parts == 0 {
+        return 0;
+    }
+    let blocks = parts * k.div_ceil(TAIL_BLOCK);
+    TAIL_BLOCK.min(k) + blocks
+}
+
 /// Per-thread scratch of the tile loop.
 #[derive(Default)]
 struct TileScratch {
     p: Vec<f64>,
     t: Vec<f64>,
+    /// one block's product of a dense tail part
+    tb: Vec<f64>,
     fails: Vec<(usize, usize)>,
     rest_a: Vec<f64>,
     rest_b: Vec<f64>,
@@ -357,16 +379,19 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayView
     let (a_data, b_data) = (a.to_slice().expect("standard layout"), b.to_slice().expect("standard layout"));
 
     // β = g_a·‖rest_a‖‖b‖ + g_b·‖cap_a‖‖rest_b‖ + floor, the floor only where a rest touches the entry.
-    // Order of the tail's sum: the dense GEMMs' products (K each), then each sparse product added one by
-    // one. A dense product passes through at most `dense_k + sparse + 1` roundings, a sparse one through at
-    // most `sparse + 1` (Higham, Lemma 3.3): the sparse rests, whose products meet the full-size other
-    // operand, get the much smaller γ.
-    let dense_k = k * (matches!(xa.rest, Rest::Dense(_)) as usize + matches!(xb.rest, Rest::Dense(_)) as usize);
+    // Order of the tail's sum: the dense parts' products (K each, in blocks of TAIL_BLOCK), then each
+    // sparse product added one by one. A dense product passes through at most `dense_k + sparse + 1`
+    // roundings, a sparse one through at most `sparse + 1` (Higham, Lemma 3.3): the sparse rests, whose
+    // products meet the full-size other operand, get the much smaller γ. Cauchy-Schwarz bounds the sum of
+    // the blocks' |products| by the same row norms as the whole.
+    let dense_parts = matches!(xa.rest, Rest::Dense(_)) as usize + matches!(xb.rest, Rest::Dense(_)) as usize;
+    let dense_k = dense_roundings(k, dense_parts);
     let sparse = xa.max_sparse() + xb.max_sparse();
     let (g_dense, g_sparse) = (gamma(dense_k + sparse + 1), gamma(sparse + 1));
     let g_a = if matches!(xa.rest, Rest::Dense(_)) { g_dense } else { g_sparse };
     let g_b = if matches!(xb.rest, Rest::Dense(_)) { g_dense } else { g_sparse };
-    let floor = ((dense_k + sparse) as f64 + 8.0) * pow2(-1074);
+    // (the floor counts every product, each of which may lose up to 2^-1075 below the normal range)
+    let floor = ((k * dense_parts + sparse) as f64 + 8.0) * pow2(-1074);
     let norm_b: Vec<f64> = xb.norm_cap.iter().zip(&xb.norm_rest).map(|(c, r)| (c + r) * (1.0 + pow2(-50))).collect();
 
     let (mb, nb) = tile_shape(m, n, 2);
@@ -393,15 +418,32 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayView
         s.p.resize(tm * tn, 0.0);
         s.t.resize(tm * tn, 0.0);
         f64_gemm_block(&mut s.p, &xa.cap[r0 * k..], tm, &xb.cap[c0 * k..], tn, k);
-        // T = rest_a·Bᵀ + cap_a·rest_bᵀ
+        // T = rest_a·Bᵀ + cap_a·rest_bᵀ. A dense part goes in blocks of TAIL_BLOCK along K, each block's
+        // product computed on its own and then added to T, so that the products of a block meet only the
+        // block's roundings and one per later block (see `dense_roundings`).
         let mut t_written = false;
-        if let Rest::Dense(ra) = &xa.rest {
-            f64_gemm_block(&mut s.t, &ra[r0 * k..], tm, &b_data[c0 * k..], tn, k);
-            t_written = true;
-        }
-        if let Rest::Dense(rb) = &xb.rest {
-            f64_gemm_block_acc(&mut s.t, &xa.cap[r0 * k..], tm, &rb[c0 * k..], tn, k, t_written);
-            t_written = true;
+        let dense_parts = [
+            match &xa.rest {
+                Rest::Dense(ra) => Some((&ra[r0 * k..], &b_data[c0 * k..])),
+                _ => None,
+            },
+            match &xb.rest {
+                Rest::Dense(rb) => Some((&xa.cap[r0 * k..], &rb[c0 * k..])),
+                _ => None,
+            },
+        ];
+        for (lhs, rhs) in dense_parts.into_iter().flatten() {
+            for k0 in (0..k).step_by(TAIL_BLOCK) {
+                let kl = TAIL_BLOCK.min(k - k0);
+                if !t_written {
+                    f64_gemm_strided(&mut s.t, &lhs[k0..], k, tm, &rhs[k0..], k, tn, kl, false);
+                    t_written = true;
+                } else {
+                    s.tb.resize(tm * tn, 0.0);
+                    f64_gemm_strided(&mut s.tb, &lhs[k0..], k, tm, &rhs[k0..], k, tn, kl, false);
+                    s.t.iter_mut().zip(&s.tb).for_each(|(t, b)| *t += b);
+                }
+            }
         }
         if !t_written {
             s.t.fill(0.0);

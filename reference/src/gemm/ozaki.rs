@@ -130,8 +130,18 @@ pub(super) fn f64_gemm_block(dst: &mut [f64], a: &[f64], tm: usize, b: &[f64], t
 
 /// [`f64_gemm_block`], adding to `dst` when `accumulate` (`dst += A_rows · B_rowsᵀ`, rounded as any f64 GEMM).
 pub(super) fn f64_gemm_block_acc(dst: &mut [f64], a: &[f64], tm: usize, b: &[f64], tn: usize, k: usize, accumulate: bool) {
-    debug_assert!(dst.len() >= tm * tn && a.len() >= tm * k && b.len() >= tn * k);
-    // SAFETY: the pointers cover tm·k, tn·k and tm·tn elements with the strides given (asserted above).
+    f64_gemm_strided(dst, a, k, tm, b, k, tn, k, accumulate)
+}
+
+/// [`f64_gemm_block_acc`] over the first `k` elements of rows `lda` (of `a`) and `ldb` (of `b`) apart: a
+/// block of the contraction.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn f64_gemm_strided(dst: &mut [f64], a: &[f64], lda: usize, tm: usize, b: &[f64], ldb: usize, tn: usize, k: usize, accumulate: bool) {
+    assert!(k <= lda && k <= ldb && dst.len() >= tm * tn);
+    assert!(tm == 0 || a.len() >= (tm - 1) * lda + k);
+    assert!(tn == 0 || b.len() >= (tn - 1) * ldb + k);
+    // SAFETY: the pointers cover the tm x k and tn x k blocks and tm·tn outputs with the strides given
+    // (asserted above).
     unsafe {
         gemm::gemm(
             tm,
@@ -143,9 +153,9 @@ pub(super) fn f64_gemm_block_acc(dst: &mut [f64], a: &[f64], tm: usize, b: &[f64
             accumulate,
             a.as_ptr(),
             1,
-            k as isize,
+            lda as isize,
             b.as_ptr(),
-            k as isize,
+            ldb as isize,
             1,
             if accumulate { 1.0 } else { 0.0 },
             1.0,
