@@ -230,6 +230,32 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// The same near-ties with a dense f64 rest and K long enough that the dense tail is summed in several
+    /// blocks, the tie and its breaker placed in any block: the blocked tail's bound must still send every
+    /// entry it cannot prove to the next level.
+    #[test]
+    fn certified_settles_near_ties_through_blocked_tails((m, n, k) in (1usize..6, 1usize..6, 600usize..1400), at in any::<usize>(),
+                                                         seed in any::<u64>(), sign in prop_oneof![Just(1.0f64), Just(-1.0)]) {
+        let mut g = Gen(seed | 1);
+        let o = at % (k - 2); // columns o, o + 1, o + 2 hold the tie
+        let mut a = fill(Kind::F64, m, k, &mut g);
+        let b = Array2::from_shape_fn((n, k), |(j, kk)| if (o..o + 3).contains(&kk) { 1.0 } else { bf16_round(g.normal()) * 2f64.powi(-300 - j as i32) });
+        for r in 0..m {
+            a[[r, o]] = 1.0 + (g.next() % 16) as f64 * 2f64.powi(-52);
+            a[[r, o + 1]] = 2f64.powi(-53);
+            a[[r, o + 2]] = sign * 2f64.powi(-120 - (g.next() % 60) as i32);
+        }
+        let (fast, stats) = moe_reference::gemm::matmul_nt_certified_stats(a.view(), b.view());
+        let slow = matmul_nt_with(Engine::Reference, a.view(), b.view());
+        assert_same(&fast, &slow);
+        prop_assert!(stats.widths.is_some(), "{stats:?}");
+        prop_assert!(stats.fallbacks > 0, "every entry is a near-tie, yet none was recomputed: {stats:?}");
+    }
+}
+
 #[test]
 fn certified_recomputes_a_tie_the_tail_rounds_wrongly() {
     // exact value 1 + 2^-53 + 2^-200: the plain sum of the parts is the tie 1 + 2^-53, which rounds to 1;
