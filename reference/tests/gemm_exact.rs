@@ -207,6 +207,26 @@ proptest! {
         }
     }
 
+    /// Operands given transposed (a weight read as Wᵀ, as dx_rows and da do), which the certified engine
+    /// splits in place, block by block: the reference's bits, with rows that fit their grid before and after
+    /// the first one that does not (the grid part's copy starts there).
+    #[test]
+    fn certified_reads_transposed_operands((m, n, k) in (1usize..40, 1usize..80, 1usize..300), ka in kind(), kb in kind(),
+                                           fit_rows in 0usize..80, seed in any::<u64>()) {
+        let mut g = Gen(seed | 1);
+        let at = fill(ka, k, m, &mut g); // stored [K, M]: a = atᵀ
+        let mut bt = fill(kb, k, n, &mut g);
+        for j in 0..fit_rows.min(n) {
+            for kk in 0..k {
+                bt[[kk, j]] = ((g.next() % 7) as f64) - 3.0; // small integers: the row fits any grid
+            }
+        }
+        let slow = matmul_nt_with(Engine::Reference, at.t(), bt.t());
+        assert_same(&matmul_nt_with(Engine::Certified, at.t(), bt.t()), &slow);
+        assert_same(&matmul_nt_with(Engine::Certified, at.t().as_standard_layout().view(), bt.t()), &slow);
+        assert_same(&matmul_nt_with(Engine::Certified, at.t(), bt.t().as_standard_layout().view()), &slow);
+    }
+
     /// Entries engineered onto rounding ties: the leading part sums to `1 + 2^-53·(2j+1)`-like midpoints and
     /// a remainder far below decides the direction, so the f64 tail alone rounds the wrong way.
     #[test]

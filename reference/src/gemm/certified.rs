@@ -26,8 +26,8 @@
 use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
-use super::ozaki::{f64_gemm_block, f64_gemm_strided, pair_budget, range_ok, tile_shape, two_sum, OutPtr, OzakiPlan};
-use super::slicing::{grid_sigma, rows_fit, RowStats};
+use super::ozaki::{f64_gemm_block, f64_gemm_strided, pair_budget, range_ok, ranges_ok, tile_shape, two_sum, OutPtr, OzakiPlan};
+use super::slicing::{grid_sigma, row_max_exp, row_need_bound, RowStats};
 use crate::exact::{pow2, ExactSum};
 
 /// Relative costs in f64 multiply-adds; they steer the slice widths, never the result.
@@ -108,10 +108,15 @@ enum Rest {
 
 /// An operand split into its grid part and its rest, with upper bounds on the rows' 2-norms.
 struct Split<'a> {
+    /// The operand, rows contiguous (the caller's memory, or a copy when it came transposed).
+    orig: std::borrow::Cow<'a, [f64]>,
+    /// The grid part; None when every row fits its grid (then it is `orig`).
+    cap: Option<Vec<f64>>,
     /// Exponent of each row's grid unit (`emax + 1 - s`; None for an all-zero row).
     unit0: Vec<Option<i32>>,
+    /// Each row's largest exponent (None for an all-zero row).
+    emax: Vec<Option<i32>>,
     s: u32,
-    cap: std::borrow::Cow<'a, [f64]>,
     rest: Rest,
     norm_cap: Vec<f64>,
     /// Zero exactly for rows without a rest.
@@ -145,61 +150,111 @@ fn norm_up(row: &[f64], e: i32) -> f64 {
 }
 
 impl<'a> Split<'a> {
-    /// Split `x` on grids of `s` bits below each row's largest exponent; `dense` chooses how the rest is
-    /// kept (the planner's estimate: a few elements as lists, most as a matrix).
-    fn new(x: ArrayView2<'a, f64>, emax: &[Option<i32>], s: u32, dense: bool) -> Split<'a> {
+    /// Split `x` (rows contiguous, or the transpose of a matrix whose rows are) on grids of `s` bits below
+    /// each row's largest exponent; `dense` chooses how the rest is kept (the planner's estimate: a few
+    /// elements as lists, most as a matrix). None when an element is Inf or NaN.
+    ///
+    /// One pass over the operand's memory: a block of rows is brought into cache (and, for a transposed
+    /// operand, into row order: the copy `orig` that the tail and the fallbacks read), and each row's
+    /// largest exponent, whether it fits its grid, its split and its norms are found while it is there.
+    /// For the layer's per-expert GEMMs the weight operand is 12-25 MB, far beyond the caches, and this
+    /// split ran at memory speed once per scan.
+    fn new(x: ArrayView2<'a, f64>, s: u32, dense: bool) -> Option<Split<'a>> {
         let (rows, k) = (x.nrows(), x.ncols());
-        let data = x.to_slice().expect("standard layout");
-        let unit0: Vec<Option<i32>> = emax.iter().map(|e| e.map(|e| e + 1 - s as i32)).collect();
-        let fits = rows_fit(data, k, emax, s);
-        if fits.iter().all(|&f| f) {
-            let norm_cap = data.chunks_exact(k).zip(emax).map(|(row, e)| e.map_or(0.0, |e| norm_up(row, e))).collect();
-            return Split { unit0, s, cap: std::borrow::Cow::Borrowed(data), rest: Rest::None, norm_cap, norm_rest: vec![0.0; rows] };
-        }
-        let mut cap = super::scratch::take(rows * k);
+        let mut owned = (!x.is_standard_layout()).then(|| super::scratch::take(rows * k));
+        let borrowed: &'a [f64] = if owned.is_none() { x.to_slice().expect("rows contiguous") } else { &[] };
+        let mut cap: Option<Vec<f64>> = None;
         let mut dense_rest = dense.then(|| super::scratch::take(rows * k));
         let mut sparse_rest: Vec<Vec<(u32, f64)>> = if dense { Vec::new() } else { vec![Vec::new(); rows] };
         let mut row_buf = vec![0.0f64; k];
         let (mut norm_cap, mut norm_rest) = (vec![0.0f64; rows], vec![0.0f64; rows]);
-        for r in 0..rows {
-            let (src, c) = (&data[r * k..(r + 1) * k], &mut cap[r * k..(r + 1) * k]);
-            let t = match &mut dense_rest {
-                Some(d) => &mut d[r * k..(r + 1) * k],
-                None => &mut row_buf[..],
+        let (mut emax, mut unit0) = (vec![None; rows], vec![None; rows]);
+        const BLOCK: usize = 32;
+        for r0 in (0..rows).step_by(BLOCK) {
+            let r1 = (r0 + BLOCK).min(rows);
+            if let Some(o) = owned.as_mut() {
+                super::transpose_rows_into(x, r0, r1, o);
+            }
+            let data: &[f64] = match &owned {
+                Some(o) => o,
+                None => borrowed,
             };
-            match emax[r] {
-                Some(e) if !fits[r] => {
-                    // |x| < 2^(u+s) <= 2^(u+51): see `grid_sigma`; cap and rest are exact.
-                    let u = e + 1 - s as i32;
-                    let sigma = grid_sigma(u);
-                    if dense {
-                        for ((c, t), &v) in c.iter_mut().zip(t.iter_mut()).zip(src) {
-                            let q = (v + sigma) - sigma;
-                            *c = q;
-                            *t = v - q;
-                        }
-                        norm_rest[r] = norm_up(t, u);
-                    } else {
-                        let list = &mut sparse_rest[r];
-                        split_row_sparse(src, c, sigma, list);
-                        t[..list.len()].iter_mut().zip(list.iter()).for_each(|(t, &(_, v))| *t = v);
-                        norm_rest[r] = norm_up(&t[..list.len()], u);
-                    }
+            for r in r0..r1 {
+                let src = &data[r * k..(r + 1) * k];
+                let e = row_max_exp(src)?;
+                emax[r] = e;
+                unit0[r] = e.map(|e| e + 1 - s as i32);
+                let fits = e.is_none_or(|e| row_need_bound(src, e) <= s as i32);
+                if !fits && cap.is_none() {
+                    // the first row that does not fit: the grid part needs its own copy from here on
+                    let mut c = super::scratch::take(rows * k);
+                    c[..r * k].copy_from_slice(&data[..r * k]);
+                    cap = Some(c);
                 }
-                _ => {
-                    c.copy_from_slice(src);
-                    if dense {
-                        t.fill(0.0);
+                let t = match &mut dense_rest {
+                    Some(d) => &mut d[r * k..(r + 1) * k],
+                    None => &mut row_buf[..],
+                };
+                match (e, cap.as_mut()) {
+                    (Some(e), Some(cap)) if !fits => {
+                        let c = &mut cap[r * k..(r + 1) * k];
+                        // |x| < 2^(u+s) <= 2^(u+51): see `grid_sigma`; cap and rest are exact.
+                        let u = e + 1 - s as i32;
+                        let sigma = grid_sigma(u);
+                        if dense {
+                            for ((c, t), &v) in c.iter_mut().zip(t.iter_mut()).zip(src) {
+                                let q = (v + sigma) - sigma;
+                                *c = q;
+                                *t = v - q;
+                            }
+                            norm_rest[r] = norm_up(t, u);
+                        } else {
+                            let list = &mut sparse_rest[r];
+                            split_row_sparse(src, c, sigma, list);
+                            t[..list.len()].iter_mut().zip(list.iter()).for_each(|(t, &(_, v))| *t = v);
+                            norm_rest[r] = norm_up(&t[..list.len()], u);
+                        }
+                        norm_cap[r] = norm_up(c, e);
+                    }
+                    (_, cap) => {
+                        if let Some(cap) = cap {
+                            cap[r * k..(r + 1) * k].copy_from_slice(src);
+                        }
+                        if dense {
+                            t.fill(0.0);
+                        }
+                        norm_cap[r] = e.map_or(0.0, |e| norm_up(src, e));
                     }
                 }
             }
-            norm_cap[r] = emax[r].map_or(0.0, |e| norm_up(c, e));
         }
-        let rest = match dense_rest {
-            Some(d) => Rest::Dense(d),
-            None => Rest::Sparse(sparse_rest),
+        let orig = match owned {
+            Some(o) => std::borrow::Cow::Owned(o),
+            None => std::borrow::Cow::Borrowed(borrowed),
         };
-        Split { unit0, s, cap: std::borrow::Cow::Owned(cap), rest, norm_cap, norm_rest }
+        let rest = match (cap.is_some(), dense_rest) {
+            (false, d) => {
+                if let Some(d) = d {
+                    super::scratch::give(d);
+                }
+                Rest::None
+            }
+            (true, Some(d)) => Rest::Dense(d),
+            (true, None) => Rest::Sparse(sparse_rest),
+        };
+        Some(Split { orig, cap, unit0, emax, s, rest, norm_cap, norm_rest })
+    }
+
+    /// The grid part, rows contiguous.
+    fn cap(&self) -> &[f64] {
+        self.cap.as_deref().unwrap_or(&self.orig)
+    }
+
+    /// The smallest and largest row exponent (None when every row is zero).
+    fn emax_range(&self) -> Option<(i32, i32)> {
+        let mut it = self.emax.iter().flatten();
+        let first = *it.next()?;
+        Some(it.fold((first, first), |(lo, hi), &e| (lo.min(e), hi.max(e))))
     }
 
     /// Row `r` of the rest as a dense row, in `buf` when it has to be expanded.
@@ -239,7 +294,10 @@ impl<'a> Split<'a> {
     }
 
     fn recycle(self) {
-        if let std::borrow::Cow::Owned(v) = self.cap {
+        if let std::borrow::Cow::Owned(v) = self.orig {
+            super::scratch::give(v);
+        }
+        if let Some(v) = self.cap {
             super::scratch::give(v);
         }
         if let Rest::Dense(v) = self.rest {
@@ -364,19 +422,32 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayView
     static PROBE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let probe = *PROBE.get_or_init(|| std::env::var_os("MOE_ORACLE_GEMM_PROBE").is_some());
     let t0 = std::time::Instant::now();
-    let (sa, sb) = (RowStats::of(a), RowStats::of(b));
+    // The plan from samples of rows; every row's exponent comes with the split, which checks the plan's
+    // range and finds any Inf or NaN.
+    let (sa, sb) = (RowStats::sampled(a), RowStats::sampled(b));
     if !sa.finite() || !sb.finite() {
         super::slow::matmul_nt(a, b, None, c);
         return CertifiedStats::default();
     }
+    let deferred = |c: ArrayViewMut2<f64>| {
+        super::matmul_nt_into(super::Engine::Ozaki, a, b, None, c);
+        CertifiedStats::default()
+    };
     let Some((s_a, s_b, dense_a, dense_b)) = choose(&sa, &sb, m, n, k) else {
-        super::ozaki::matmul_nt(a, b, None, c);
+        return deferred(c);
+    };
+    let (Some(xa), Some(xb)) = (Split::new(a, s_a, dense_a), Split::new(b, s_b, dense_b)) else {
+        // (the Splits' scratch memory is simply dropped on this rare path)
+        super::slow::matmul_nt(a, b, None, c);
         return CertifiedStats::default();
     };
-    let xa = Split::new(a, &sa.emax, s_a, dense_a);
-    let xb = Split::new(b, &sb.emax, s_b, dense_b);
+    if !ranges_ok(xa.emax_range(), xb.emax_range(), &OzakiPlan { s_a, n_a: 1, s_b, n_b: 1 }) {
+        xa.recycle();
+        xb.recycle();
+        return deferred(c);
+    }
     let t_split = t0.elapsed();
-    let (a_data, b_data) = (a.to_slice().expect("standard layout"), b.to_slice().expect("standard layout"));
+    let (a_data, b_data): (&[f64], &[f64]) = (&xa.orig, &xb.orig);
 
     // β = g_a·‖rest_a‖‖b‖ + g_b·‖cap_a‖‖rest_b‖ + floor, the floor only where a rest touches the entry.
     // Order of the tail's sum: the dense parts' products (K each, in blocks of TAIL_BLOCK), then each
@@ -417,7 +488,7 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayView
         let mut tt = probe.then(std::time::Instant::now);
         s.p.resize(tm * tn, 0.0);
         s.t.resize(tm * tn, 0.0);
-        f64_gemm_block(&mut s.p, &xa.cap[r0 * k..], tm, &xb.cap[c0 * k..], tn, k);
+        f64_gemm_block(&mut s.p, &xa.cap()[r0 * k..], tm, &xb.cap()[c0 * k..], tn, k);
         // T = rest_a·Bᵀ + cap_a·rest_bᵀ. A dense part goes in blocks of TAIL_BLOCK along K, each block's
         // product computed on its own and then added to T, so that the products of a block meet only the
         // block's roundings and one per later block (see `dense_roundings`).
@@ -428,7 +499,7 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayView
                 _ => None,
             },
             match &xb.rest {
-                Rest::Dense(rb) => Some((&xa.cap[r0 * k..], &rb[c0 * k..])),
+                Rest::Dense(rb) => Some((&xa.cap()[r0 * k..], &rb[c0 * k..])),
                 _ => None,
             },
         ];
@@ -462,7 +533,7 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayView
             for j in c0..c1 {
                 for &(kk, v) in &rb[j] {
                     for r in r0..r1 {
-                        s.t[(r - r0) * tn + (j - c0)] += xa.cap[r * k + kk as usize] * v;
+                        s.t[(r - r0) * tn + (j - c0)] += xa.cap()[r * k + kk as usize] * v;
                     }
                 }
             }
@@ -570,7 +641,7 @@ fn refine(xa: &Split, xb: &Split, r: usize, c: usize, p: f64, b: &[f64], k: usiz
     let sig_b = ub1.map_or(0.0, grid_sigma);
     let ra = xa.rest_row(r, k, buf_a);
     let rb = xb.rest_row(c, k, buf_b);
-    let (ca, cb) = (&xa.cap[r * k..(r + 1) * k], &xb.cap[c * k..(c + 1) * k]);
+    let (ca, cb) = (&xa.cap()[r * k..(r + 1) * k], &xb.cap()[c * k..(c + 1) * k]);
     const L: usize = 8;
     let (mut e1, mut e2, mut t2, mut bnd) = ([0.0f64; L], [0.0f64; L], [0.0f64; L], [0.0f64; L]);
     #[inline(always)]

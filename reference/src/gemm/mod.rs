@@ -67,6 +67,11 @@ pub fn matmul_nt_into(engine: Engine, a: ArrayView2<f64>, b: ArrayView2<f64>, ex
     if m == 0 || n == 0 {
         return;
     }
+    if engine == Engine::Certified && extra.is_none() && k > 0 && certified_layout(&a) && certified_layout(&b) {
+        // the certified engine reads transposed operands in place (its split brings them into row order)
+        certified::matmul_nt(a, b, out);
+        return;
+    }
     with_contiguous(a, |a| {
         with_contiguous(b, |b| {
             if k == 0 {
@@ -93,7 +98,11 @@ pub fn matmul_nt_certified_stats(a: ArrayView2<f64>, b: ArrayView2<f64>) -> (Arr
         matmul_nt_into(Engine::Reference, a, b, None, c.view_mut());
         return (c, CertifiedStats::default());
     }
-    let stats = with_contiguous(a, |a| with_contiguous(b, |b| certified::matmul_nt(a, b, c.view_mut())));
+    let stats = if certified_layout(&a) && certified_layout(&b) {
+        certified::matmul_nt(a, b, c.view_mut())
+    } else {
+        with_contiguous(a, |a| with_contiguous(b, |b| certified::matmul_nt(a, b, c.view_mut())))
+    };
     (c, stats)
 }
 
@@ -103,22 +112,8 @@ fn with_contiguous<R>(x: ArrayView2<f64>, f: impl FnOnce(ArrayView2<f64>) -> R) 
         return f(x);
     }
     let mut buf = scratch::take(x.len());
-    let (rows, cols) = x.dim();
     if x.t().is_standard_layout() {
-        // A transposed row-major array (weights used as Wᵀ): copy in tiles so that both the reads and the
-        // writes stay within a few cache lines.
-        const TILE: usize = 32;
-        let src = x.t();
-        let src = src.as_slice().expect("standard layout");
-        for r0 in (0..rows).step_by(TILE) {
-            for c0 in (0..cols).step_by(TILE) {
-                for c in c0..(c0 + TILE).min(cols) {
-                    for r in r0..(r0 + TILE).min(rows) {
-                        buf[r * cols + c] = src[c * rows + r];
-                    }
-                }
-            }
-        }
+        transpose_rows_into(x, 0, x.nrows(), &mut buf);
     } else {
         for (dst, src) in buf.iter_mut().zip(x.iter()) {
             *dst = *src;
@@ -127,4 +122,28 @@ fn with_contiguous<R>(x: ArrayView2<f64>, f: impl FnOnce(ArrayView2<f64>) -> R) 
     let r = f(ArrayView2::from_shape(x.dim(), &buf).expect("shape matches length"));
     scratch::give(buf);
     r
+}
+
+/// Rows `r0..r1` of `x`, a transposed row-major array (weights used as Wᵀ), into the same rows of `dst`
+/// ([rows, cols] row-major), copied in tiles so that both the reads and the writes stay within a few cache
+/// lines.
+fn transpose_rows_into(x: ArrayView2<f64>, r0: usize, r1: usize, dst: &mut [f64]) {
+    const TILE: usize = 32;
+    let (rows, cols) = x.dim();
+    let src = x.t();
+    let src = src.as_slice().expect("a transposed row-major array");
+    for rt in (r0..r1).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for c in c0..(c0 + TILE).min(cols) {
+                for r in rt..(rt + TILE).min(r1) {
+                    dst[r * cols + c] = src[c * rows + r];
+                }
+            }
+        }
+    }
+}
+
+/// Whether [`certified`] takes `x` as it is: rows contiguous, or the transpose of such an array.
+fn certified_layout(x: &ArrayView2<f64>) -> bool {
+    x.is_standard_layout() || x.t().is_standard_layout()
 }

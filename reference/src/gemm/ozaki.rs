@@ -90,8 +90,13 @@ fn choose(a: &RowStats, b: &RowStats, m: usize, n: usize, k: usize) -> Option<Oz
 /// Every slice unit and every product of units must stay in the normal range, where scaling by them is
 /// exact, and far from overflow; otherwise the reference engine takes the whole GEMM.
 pub(super) fn range_ok(a: &RowStats, b: &RowStats, plan: &OzakiPlan) -> bool {
-    let (lo_a, hi_a) = a.emax_range().unwrap_or((0, 0));
-    let (lo_b, hi_b) = b.emax_range().unwrap_or((0, 0));
+    ranges_ok(a.emax_range(), b.emax_range(), plan)
+}
+
+/// [`range_ok`] from the operands' smallest and largest row exponents (None: every row is zero).
+pub(super) fn ranges_ok(a: Option<(i32, i32)>, b: Option<(i32, i32)>, plan: &OzakiPlan) -> bool {
+    let (lo_a, hi_a) = a.unwrap_or((0, 0));
+    let (lo_b, hi_b) = b.unwrap_or((0, 0));
     let min_unit_a = lo_a + 1 - (plan.n_a as i32) * plan.s_a as i32;
     let min_unit_b = lo_b + 1 - (plan.n_b as i32) * plan.s_b as i32;
     min_unit_a >= -1000

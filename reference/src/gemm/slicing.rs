@@ -66,6 +66,15 @@ pub(super) fn row_emax(x: ArrayView2<f64>) -> Vec<Option<i32>> {
         .collect()
 }
 
+/// The largest exponent of a row: Some(None) for an all-zero row, None when an element is Inf or NaN.
+pub(super) fn row_max_exp(row: &[f64]) -> Option<Option<i32>> {
+    match max_exp_field(row) {
+        0x7ff => None,
+        0 => Some(row.iter().filter(|v| **v != 0.0).map(|v| lead_exp(*v)).max()),
+        f => Some(Some(f as i32 - 1023)),
+    }
+}
+
 /// The largest biased exponent field among `row`'s elements.
 #[inline]
 fn max_exp_field(row: &[f64]) -> u32 {
@@ -94,32 +103,61 @@ pub(super) struct RowStats {
 }
 
 impl RowStats {
+    /// Every row's largest exponent, and the histograms from a sample of rows (rows contiguous).
     pub fn of(x: ArrayView2<f64>) -> RowStats {
         let emax = row_emax(x);
-        let rows = x.nrows();
         if emax.contains(&Some(NONFINITE_EMAX)) {
             // no plan is made for non-finite operands (see `finite`)
             return RowStats { emax, elem_need: vec![0.0; NEED_CAP + 1], row_need: vec![0.0; NEED_CAP + 1] };
         }
-        let step = rows.div_ceil(SAMPLE_ROWS).max(1);
-        let mut elem_need = vec![0.0f64; NEED_CAP + 1];
-        let mut row_need = vec![0.0f64; NEED_CAP + 1];
-        let scale = step as f64;
-        for r in (0..rows).step_by(step) {
-            let Some(e) = emax[r] else { continue };
-            let row = x.row(r);
-            let row = row.as_slice().expect("standard layout");
-            let mut widest = 0usize;
-            for &v in row {
-                if v != 0.0 {
-                    let need = ((e + 1 - low_exp(v)) as usize).min(NEED_CAP);
-                    elem_need[need] += scale;
-                    widest = widest.max(need);
-                }
-            }
-            row_need[widest] += scale;
+        let mut st = RowStats { emax: Vec::new(), elem_need: vec![0.0; NEED_CAP + 1], row_need: vec![0.0; NEED_CAP + 1] };
+        let step = x.nrows().div_ceil(SAMPLE_ROWS).max(1);
+        for r in (0..x.nrows()).step_by(step) {
+            st.count(x.row(r).as_slice().expect("standard layout"), emax[r], step as f64);
         }
-        RowStats { emax, elem_need, row_need }
+        st.emax = emax;
+        st
+    }
+
+    /// The histograms and the largest exponents of the sampled rows only, for an operand in any layout
+    /// (the certified engine finds every row's exponent in its split, while the row is in cache): `emax`
+    /// and [`RowStats::emax_range`] then describe the sample, and [`RowStats::finite`] only the sample.
+    pub fn sampled(x: ArrayView2<f64>) -> RowStats {
+        let mut st = RowStats { emax: Vec::new(), elem_need: vec![0.0; NEED_CAP + 1], row_need: vec![0.0; NEED_CAP + 1] };
+        let step = x.nrows().div_ceil(SAMPLE_ROWS).max(1);
+        let mut buf = Vec::new();
+        for r in (0..x.nrows()).step_by(step) {
+            let row = x.row(r);
+            let row = match row.as_slice() {
+                Some(v) => v,
+                None => {
+                    buf.clear();
+                    buf.extend(row.iter());
+                    &buf[..]
+                }
+            };
+            let Some(e) = row_max_exp(row) else {
+                st.emax.push(Some(NONFINITE_EMAX));
+                return st;
+            };
+            st.emax.push(e);
+            st.count(row, e, step as f64);
+        }
+        st
+    }
+
+    /// Add a sampled row (largest exponent `e`) to the histograms, standing for `scale` rows.
+    fn count(&mut self, row: &[f64], e: Option<i32>, scale: f64) {
+        let Some(e) = e else { return };
+        let mut widest = 0usize;
+        for &v in row {
+            if v != 0.0 {
+                let need = ((e + 1 - low_exp(v)) as usize).min(NEED_CAP);
+                self.elem_need[need] += scale;
+                widest = widest.max(need);
+            }
+        }
+        self.row_need[widest] += scale;
     }
 
     /// Number of elements (resp. rows) that `bits` bits below the row maximum do not capture.
@@ -144,7 +182,7 @@ impl RowStats {
 /// An upper bound on the bits any element of the row needs below `emax`, from one vectorisable pass:
 /// the smallest exponent and the OR of all significands bound every element's lowest set bit from below.
 #[inline]
-fn row_need_bound(row: &[f64], emax: i32) -> i32 {
+pub(super) fn row_need_bound(row: &[f64], emax: i32) -> i32 {
     let (mut min_field, mut or_m) = (0x7ffu64, 0u64);
     for &v in row {
         let bits = v.to_bits() & !(1u64 << 63);
