@@ -53,16 +53,7 @@ fn low_exp(x: f64) -> i32 {
 pub(super) fn row_emax(x: ArrayView2<f64>) -> Vec<Option<i32>> {
     x.rows()
         .into_iter()
-        .map(|row| {
-            let row = row.as_slice().expect("standard layout");
-            let f = max_exp_field(row);
-            if f != 0 {
-                Some(f as i32 - 1023)
-            } else {
-                // zero row, or subnormals only
-                row.iter().filter(|v| **v != 0.0).map(|v| lead_exp(*v)).max()
-            }
-        })
+        .map(|row| row_max_exp(row.as_slice().expect("standard layout")).unwrap_or(Some(NONFINITE_EMAX)))
         .collect()
 }
 
@@ -108,9 +99,9 @@ impl RowStats {
         let emax = row_emax(x);
         if emax.contains(&Some(NONFINITE_EMAX)) {
             // no plan is made for non-finite operands (see `finite`)
-            return RowStats { emax, elem_need: vec![0.0; NEED_CAP + 1], row_need: vec![0.0; NEED_CAP + 1] };
+            return RowStats { emax, ..RowStats::empty() };
         }
-        let mut st = RowStats { emax: Vec::new(), elem_need: vec![0.0; NEED_CAP + 1], row_need: vec![0.0; NEED_CAP + 1] };
+        let mut st = RowStats::empty();
         let step = x.nrows().div_ceil(SAMPLE_ROWS).max(1);
         for r in (0..x.nrows()).step_by(step) {
             st.count(x.row(r).as_slice().expect("standard layout"), emax[r], step as f64);
@@ -123,7 +114,7 @@ impl RowStats {
     /// (the certified engine finds every row's exponent in its split, while the row is in cache): `emax`
     /// and [`RowStats::emax_range`] then describe the sample, and [`RowStats::finite`] only the sample.
     pub fn sampled(x: ArrayView2<f64>) -> RowStats {
-        let mut st = RowStats { emax: Vec::new(), elem_need: vec![0.0; NEED_CAP + 1], row_need: vec![0.0; NEED_CAP + 1] };
+        let mut st = RowStats::empty();
         let step = x.nrows().div_ceil(SAMPLE_ROWS).max(1);
         let mut buf = Vec::new();
         for r in (0..x.nrows()).step_by(step) {
@@ -144,6 +135,11 @@ impl RowStats {
             st.count(row, e, step as f64);
         }
         st
+    }
+
+    /// No rows yet: empty histograms.
+    fn empty() -> RowStats {
+        RowStats { emax: Vec::new(), elem_need: vec![0.0; NEED_CAP + 1], row_need: vec![0.0; NEED_CAP + 1] }
     }
 
     /// Add a sampled row (largest exponent `e`) to the histograms, standing for `scale` rows.
