@@ -507,11 +507,11 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayView
             for k0 in (0..k).step_by(TAIL_BLOCK) {
                 let kl = TAIL_BLOCK.min(k - k0);
                 if !t_written {
-                    f64_gemm_strided(&mut s.t, &lhs[k0..], k, tm, &rhs[k0..], k, tn, kl, false);
+                    f64_gemm_strided(&mut s.t, &lhs[k0..], k, tm, &rhs[k0..], k, tn, kl);
                     t_written = true;
                 } else {
                     s.tb.resize(tm * tn, 0.0);
-                    f64_gemm_strided(&mut s.tb, &lhs[k0..], k, tm, &rhs[k0..], k, tn, kl, false);
+                    f64_gemm_strided(&mut s.tb, &lhs[k0..], k, tm, &rhs[k0..], k, tn, kl);
                     s.t.iter_mut().zip(&s.tb).for_each(|(t, b)| *t += b);
                 }
             }

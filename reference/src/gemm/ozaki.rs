@@ -130,21 +130,35 @@ pub(super) fn tile_shape(m: usize, n: usize, pairs: usize) -> (usize, usize) {
 /// `dst[tm, tn] = A_rows · B_rowsᵀ` in plain f64 (exact here by construction of the slices); `a` and `b`
 /// start at the first row of the block, rows `k` apart; `dst` rows are `tn` apart.
 pub(super) fn f64_gemm_block(dst: &mut [f64], a: &[f64], tm: usize, b: &[f64], tn: usize, k: usize) {
-    f64_gemm_block_acc(dst, a, tm, b, tn, k, false)
+    f64_gemm_strided(dst, a, k, tm, b, k, tn, k)
 }
 
-/// [`f64_gemm_block`], adding to `dst` when `accumulate` (`dst += A_rows · B_rowsᵀ`, rounded as any f64 GEMM).
-pub(super) fn f64_gemm_block_acc(dst: &mut [f64], a: &[f64], tm: usize, b: &[f64], tn: usize, k: usize, accumulate: bool) {
-    f64_gemm_strided(dst, a, k, tm, b, k, tn, k, accumulate)
-}
-
-/// [`f64_gemm_block_acc`] over the first `k` elements of rows `lda` (of `a`) and `ldb` (of `b`) apart: a
+/// [`f64_gemm_block`] over the first `k` elements of rows `lda` (of `a`) and `ldb` (of `b`) apart: a
 /// block of the contraction.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn f64_gemm_strided(dst: &mut [f64], a: &[f64], lda: usize, tm: usize, b: &[f64], ldb: usize, tn: usize, k: usize, accumulate: bool) {
+pub(super) fn f64_gemm_strided(dst: &mut [f64], a: &[f64], lda: usize, tm: usize, b: &[f64], ldb: usize, tn: usize, k: usize) {
     assert!(k <= lda && k <= ldb && dst.len() >= tm * tn);
     assert!(tm == 0 || a.len() >= (tm - 1) * lda + k);
     assert!(tn == 0 || b.len() >= (tn - 1) * ldb + k);
+    // A few rows against many with a long contraction (the per-expert GEMMs: 64 token rows against a
+    // weight's 512-column block, K = 768-2048): the `gemm` crate turns a row-major output around and then
+    // packs the many rows of B, one pass over the weight's block per call. Asked for a column-major
+    // output instead, it packs only A's few rows and reads B's rows in place; the tile is turned back
+    // here (tm·tn moves against tm·tn·k multiply-adds). Any summation order is as good as another for
+    // the callers: the exact pairs are exact in every order, and the tails carry a bound for any order.
+    if tm <= 2 * TILE_ROWS && k >= 256 && tn > tm {
+        let mut ct = super::scratch::take(tm * tn);
+        // SAFETY: as below, with the output `ct` column-major (tm rows, columns tm apart).
+        unsafe {
+            gemm::gemm(
+                tm, tn, k, ct.as_mut_ptr(), tm as isize, 1, false, a.as_ptr(), 1, lda as isize, b.as_ptr(), ldb as isize, 1,
+                0.0, 1.0, false, false, false, Parallelism::None,
+            );
+        }
+        transpose_into(&ct, tn, tm, &mut dst[..tm * tn]);
+        super::scratch::give(ct);
+        return;
+    }
     // SAFETY: the pointers cover the tm x k and tn x k blocks and tm·tn outputs with the strides given
     // (asserted above).
     unsafe {
@@ -155,20 +169,41 @@ pub(super) fn f64_gemm_strided(dst: &mut [f64], a: &[f64], lda: usize, tm: usize
             dst.as_mut_ptr(),
             1,
             tn as isize,
-            accumulate,
+            false,
             a.as_ptr(),
             1,
             lda as isize,
             b.as_ptr(),
             ldb as isize,
             1,
-            if accumulate { 1.0 } else { 0.0 },
+            0.0,
             1.0,
             false,
             false,
             false,
             Parallelism::None,
         );
+    }
+}
+
+/// `dst[c][r] = src[r][c]` for `src` of `rows x cols` and `dst` of `cols x rows`, both row-major, through
+/// 8 x 8 tiles (see `gemm::transpose_rows_into` for why small tiles).
+fn transpose_into(src: &[f64], rows: usize, cols: usize, dst: &mut [f64]) {
+    const T: usize = 8;
+    assert!(src.len() >= rows * cols && dst.len() >= rows * cols);
+    for c0 in (0..cols).step_by(T) {
+        let nc = T.min(cols - c0);
+        for r0 in (0..rows).step_by(T) {
+            let nr = T.min(rows - r0);
+            let mut tile = [[0.0f64; T]; T]; // tile[r][c]
+            for (r, t) in tile.iter_mut().enumerate().take(nr) {
+                t[..nc].copy_from_slice(&src[(r0 + r) * cols + c0..][..nc]);
+            }
+            for c in 0..nc {
+                let d = &mut dst[(c0 + c) * rows + r0..][..nr];
+                d.iter_mut().enumerate().for_each(|(r, d)| *d = tile[r][c]);
+            }
+        }
     }
 }
 
