@@ -13,6 +13,14 @@
 //! far smaller). `--no-exact` times the recipes alone (no exact run in the process): with a run of the
 //! exact mode alone (`--skip-floor` without `--recipes`), each mode on fresh memory, as one command runs.
 //!
+//! `--repeat N` runs the exact mode N times in the process and prints the later runs too (the first is
+//! the reported time): the later ones reuse the memory the previous run freed, backed already.
+//!
+//! `--plain-layer` runs, instead of the exact mode, the layer's data flow with plain (inexact) f64 GEMMs and
+//! every output kept in fresh memory as the layer keeps it (without the router's and the top-k weights'
+//! gradients, under 2% of the exact run), next to the square floor: what an ordinary f64 implementation
+//! costs on this machine, memory included.
+//!
 //! Prints the exact time, two floors (the same per-expert GEMM shapes in plain f64, and one square GEMM of
 //! the same FLOPs) and the ratios; and the per-stage split of the exact run.
 
@@ -21,7 +29,7 @@ use std::time::Instant;
 use moe_reference::config::{Activation, MoeConfig, Routing, Score};
 use moe_reference::gemm::Engine;
 use moe_reference::layer::{self, LayerInputs, Options};
-use ndarray::{Array2, Array3};
+use ndarray::{Array2, Array3, ArrayView2, ArrayViewMut2};
 
 struct Gen(u64);
 impl Gen {
@@ -49,6 +57,112 @@ fn plain_gemm(m: usize, n: usize, k: usize, a: &[f64], b: &[f64], c: &mut [f64])
             1.0, false, false, false, gemm::Parallelism::Rayon(0),
         );
     }
+}
+
+/// `c = a · b` in plain (inexact) f64 with the `gemm` crate on every thread, any strides.
+fn plain_into(a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayViewMut2<f64>) {
+    let ((m, k), n) = (a.dim(), b.ncols());
+    assert!(b.nrows() == k && c.dim() == (m, n));
+    let (sa, sb, sc) = (a.strides().to_vec(), b.strides().to_vec(), c.strides().to_vec());
+    // SAFETY: the pointers and strides are those of the three views, whose shapes agree (asserted).
+    unsafe {
+        gemm::gemm(
+            m, n, k, c.as_mut_ptr(), sc[1], sc[0], false, a.as_ptr(), sa[1], sa[0], b.as_ptr(), sb[1], sb[0], 0.0, 1.0,
+            false, false, false, gemm::Parallelism::Rayon(0),
+        );
+    }
+}
+
+/// The layer's data flow with plain f64 GEMMs (`--plain-layer`): the same routing, row order and per-expert
+/// shapes, every intermediate and gradient kept in arrays allocated as the layer allocates them (fresh
+/// memory, first touched by the GEMM that writes it). Not exact, and not a check of anything: the time of
+/// an ordinary f64 implementation of this layer on this machine, memory included, that the exact run's
+/// time can be set against. Returns (forward, backward) seconds.
+fn plain_layer(inp: &LayerInputs, dy: ArrayView2<f64>) -> (f64, f64) {
+    use moe_reference::bigmem::zeros;
+    use ndarray::{s, Axis};
+    let cfg = &inp.cfg;
+    let (hd, id, en, k) = (cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
+    let t0 = Instant::now();
+    let mut lap_t = Instant::now();
+    let mut lap = |what: &str| {
+        if std::env::var_os("MOE_ORACLE_TIMING").is_some() {
+            eprintln!("[plain] {what:<24} {:.3} s", lap_t.elapsed().as_secs_f64());
+        }
+        lap_t = Instant::now();
+    };
+    let rw = inp.router_weight.as_ref().expect("the bench routes");
+    let mut logits = zeros((cfg.tokens, en));
+    plain_into(inp.x.view(), rw.t(), logits.view_mut());
+    let routed = moe_reference::route::forward(cfg.routing.as_ref().expect("routing"), k, logits.view(), None);
+    let rows = moe_reference::dispatch::RowMap::build(routed.topk_ids.view(), en);
+    let xr = rows.gather(inp.x.view());
+    let m = rows.rows();
+    lap("route, gather");
+    let per_expert = |width: usize, f: &dyn Fn(usize, ArrayViewMut2<f64>)| {
+        let mut out = zeros((m, width));
+        for e in 0..en {
+            f(e, out.slice_mut(s![rows.expert_rows(e), ..]));
+        }
+        out
+    };
+    let h = per_expert(2 * id, &|e, o| plain_into(xr.slice(s![rows.expert_rows(e), ..]), inp.w13.index_axis(Axis(0), e).t(), o));
+    lap("fwd.h");
+    let mut a = zeros((m, id));
+    for (mut ar, hr) in a.axis_iter_mut(Axis(0)).zip(h.axis_iter(Axis(0))) {
+        for c in 0..id {
+            ar[c] = hr[c] / (1.0 + (-hr[c]).exp()) * hr[id + c];
+        }
+    }
+    lap("swiglu");
+    let o = per_expert(hd, &|e, out| plain_into(a.slice(s![rows.expert_rows(e), ..]), inp.w2.index_axis(Axis(0), e).t(), out));
+    lap("fwd.o");
+    let y = rows.combine(o.view(), routed.topk_weights.view());
+    lap("combine");
+    let t_fwd = t0.elapsed().as_secs_f64();
+
+    let t1 = Instant::now();
+    let do_ = rows.dispatch_weighted(dy, routed.topk_weights.view());
+    let da = per_expert(id, &|e, out| plain_into(do_.slice(s![rows.expert_rows(e), ..]), inp.w2.index_axis(Axis(0), e), out));
+    lap("dispatch, da");
+    let mut dh = zeros((m, 2 * id));
+    for ((mut d, hr), dar) in dh.axis_iter_mut(Axis(0)).zip(h.axis_iter(Axis(0))).zip(da.axis_iter(Axis(0))) {
+        for c in 0..id {
+            let sg = 1.0 / (1.0 + (-hr[c]).exp());
+            d[c] = dar[c] * hr[id + c] * sg * (1.0 + hr[c] * (1.0 - sg));
+            d[id + c] = dar[c] * hr[c] * sg;
+        }
+    }
+    lap("swiglu backward");
+    let mut gw2 = zeros((en, hd, id));
+    let mut gw13 = zeros((en, 2 * id, hd));
+    for e in 0..en {
+        let r = rows.expert_rows(e);
+        plain_into(do_.slice(s![r.clone(), ..]).t(), a.slice(s![r.clone(), ..]), gw2.index_axis_mut(Axis(0), e));
+        plain_into(dh.slice(s![r.clone(), ..]).t(), xr.slice(s![r, ..]), gw13.index_axis_mut(Axis(0), e));
+    }
+    lap("grad.w2, grad.w13");
+    let dx_rows = per_expert(hd, &|e, out| plain_into(dh.slice(s![rows.expert_rows(e), ..]), inp.w13.index_axis(Axis(0), e), out));
+    lap("dx_rows");
+    let mut gx = zeros((cfg.tokens, hd));
+    for (r, &t) in rows.row_token.iter().enumerate() {
+        let mut g = gx.row_mut(t);
+        g += &dx_rows.row(r);
+    }
+    lap("grad.x");
+    std::hint::black_box((&y, &gw2, &gw13, &gx));
+    (t_fwd, t1.elapsed().as_secs_f64())
+}
+
+/// Floor 2: one square f64 GEMM of `flops` (side n, seconds).
+fn square_floor(flops: f64) -> (usize, f64) {
+    let n = ((flops / 2.0).cbrt()) as usize;
+    let a = vec![1.0f64; n * n];
+    let b = vec![1.0f64; n * n];
+    let mut c = vec![0.0f64; n * n];
+    let t = Instant::now();
+    plain_gemm(n, n, n, &a, &b, &mut c);
+    (n, t.elapsed().as_secs_f64())
 }
 
 /// The same allocator as the `moe-oracle` binary (see its `main.rs`), so the times are what users see.
@@ -131,6 +245,17 @@ fn main() {
     let opt = Options { engine };
     eprintln!("exact GEMM engine {engine:?}");
     let exact_checksum = args.iter().any(|a| a == "--exact-checksum");
+    let layer_flops = |m: usize| 2.0 * (m as f64) * (3 * h * i) as f64 * 3.0 + 3.0 * 2.0 * (tokens * h * e) as f64;
+
+    if args.iter().any(|a| a == "--plain-layer") {
+        // Instead of the exact run, in its own process so that it too starts on fresh memory.
+        let (t_fwd, t_bwd) = plain_layer(&inp, dy.view());
+        let plain = t_fwd + t_bwd;
+        let (n, floor_square) = square_floor(layer_flops(tokens * k));
+        println!("plain f64 layer: forward {t_fwd:.2} s, backward {t_bwd:.2} s, fwd+bwd {plain:.2} s (not exact; fresh memory)");
+        println!("floor: square {n}^3 {floor_square:8.2} s   ratio {:.2}x", plain / floor_square);
+        return;
+    }
 
     // The exact run, timed: (forward s, backward s, dispatched rows, rows per expert).
     let run_exact = || {
@@ -186,6 +311,13 @@ fn main() {
     }
     let (t_fwd, t_bwd, m, expert_rows) = exact_first.unwrap_or_else(run_exact);
     let exact = t_fwd + t_bwd;
+    // `--repeat N`: N - 1 more exact runs after the first (which alone is the reported time): the memory
+    // the first run freed is taken again, backed already, as a process that checks several cases would.
+    let repeat: usize = args.iter().position(|a| a == "--repeat").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(1);
+    for run in 2..=repeat {
+        let (f, b, _, _) = run_exact();
+        println!("exact fwd+bwd, run {run} (memory freed by run {} reused) {:8.2} s", run - 1, f + b);
+    }
     for (r, te) in emulated {
         let what = if deviations { "with deviations, as check" } else { "values and bounds, as run --recipe" };
         println!("emulated {r:<13} {te:8.2} s   ratio to exact {:.2}x   ({what})", te / exact);
@@ -196,7 +328,7 @@ fn main() {
     }
 
     // Floor 1: the same per-expert GEMM shapes in plain f64 (6 per expert, plus the router's 3).
-    let flops = 2.0 * (m as f64) * (3 * h * i) as f64 * 3.0 + 3.0 * 2.0 * (tokens * h * e) as f64;
+    let flops = layer_flops(m);
     let t2 = Instant::now();
     for ex in 0..e {
         let me = expert_rows[ex];
@@ -219,14 +351,7 @@ fn main() {
         plain_gemm(mm, nn, kk, &a, &b, &mut c);
     }
     let floor_shapes = t2.elapsed().as_secs_f64();
-    // Floor 2: one square GEMM of the same FLOPs.
-    let n = ((flops / 2.0).cbrt()) as usize;
-    let a = vec![1.0f64; n * n];
-    let b = vec![1.0f64; n * n];
-    let mut c = vec![0.0f64; n * n];
-    let t3 = Instant::now();
-    plain_gemm(n, n, n, &a, &b, &mut c);
-    let floor_square = t3.elapsed().as_secs_f64();
+    let (n, floor_square) = square_floor(flops);
 
     println!("tokens {tokens}  rows {m}  GFLOP {:.1}", flops / 1e9);
     println!("exact forward        {t_fwd:8.2} s");
