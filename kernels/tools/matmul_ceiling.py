@@ -1,0 +1,72 @@
+"""The bf16 matmul ceiling of this GPU, in bursts and sustained: is anchors.md's 779 TFLOP/s (8192^3, 20 timed
+reps with a sync after each) the rate a layer's GEMMs can hold for milliseconds on end, or a burst the power
+controller has not caught up with yet?
+
+usage: python3 kernels/tools/matmul_ceiling.py [--seconds 2.0]
+(run under kernels/tools/smi_during.sh to see the SM clock and the power cap)
+
+For each shape: `burst` = median of 20 CUDA-event timings with a sync after each (the baseline's method);
+`sustained` = back-to-back launches for about `--seconds`, timed as a whole, then the median of per-launch
+events over the last half of a second stream of launches. Shapes: the anchors' 8192^3, and the qwen3-30b-a3b
+layer's three row GEMMs at 16384 tokens as one dense GEMM each (M = 16384 * 8 rows; cuBLAS through torch).
+"""
+import argparse, json, time, torch
+
+SHAPES = {  # name: (M, N, K)
+    "square 8192^3": (8192, 8192, 8192),
+    "30b GEMM1 131072x1536x2048": (131072, 1536, 2048),
+    "30b dX 131072x2048x1536": (131072, 2048, 1536),
+    "30b GEMM2 131072x2048x768": (131072, 2048, 768),
+}
+
+
+def run(m, n, k, seconds):
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    flop = 2.0 * m * n * k
+    f = lambda: torch.matmul(a, b, out=c)
+    for _ in range(3):
+        f()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(20):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(); f(); e.record(); torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e))
+    burst = sorted(ts)[len(ts) // 2]
+    # sustained: as many launches as fill `seconds` at the burst rate, timed as one span
+    reps = max(10, int(seconds * 1e3 / burst))
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(reps):
+        f()
+    e.record(); torch.cuda.synchronize()
+    whole = s.elapsed_time(e) / reps
+    # and per launch, within a second back-to-back stream: median over its last half
+    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for s, e in evs:
+        s.record(); f(); e.record()
+    torch.cuda.synchronize()
+    tail = sorted(s.elapsed_time(e) for s, e in evs[reps // 2:])
+    tail_med = tail[len(tail) // 2]
+    return {"burst_ms": burst, "burst_tflops": flop / burst / 1e9, "sustained_ms": whole,
+            "sustained_tflops": flop / whole / 1e9, "stream_tail_median_tflops": flop / tail_med / 1e9,
+            "reps": reps}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--seconds", type=float, default=2.0)
+    args = p.parse_args()
+    print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}))
+    for name, (m, n, k) in SHAPES.items():
+        t = time.time()
+        r = run(m, n, k, args.seconds)
+        r["shape"] = name
+        r["wall_s"] = round(time.time() - t, 1)
+        print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
