@@ -6,10 +6,10 @@
 //! of those experts. Every reduction here is exact ([`crate::exact`]), so results do not depend on how rows
 //! are split over ranks or threads.
 
-use ndarray::{Array2, ArrayView2, Axis};
+use ndarray::{Array2, ArrayView1, ArrayView2, Axis};
 use rayon::prelude::*;
 
-use crate::exact::small_dot;
+use crate::exact::{certify, small_dot};
 
 /// Which (token, slot) each dispatched row is, and where each expert's rows start.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,16 +98,18 @@ impl RowMap {
         (0..self.rows()).map(|r| weights[[self.row_token[r], self.row_slot[r]]]).collect()
     }
 
-    /// `y[t] = Σ_j w[t, j] · rows[row(t, j)]`, each entry one correctly rounded exact sum.
+    /// `y[t] = Σ_j w[t, j] · rows[row(t, j)]`, each entry one correctly rounded exact sum (certified in
+    /// f64 where it can be, else Shewchuk's partials: the same bits either way).
     pub fn combine(&self, rows: ArrayView2<f64>, weights: ArrayView2<f64>) -> Array2<f64> {
         let h = rows.ncols();
         let k = self.top_k;
         let mut y = crate::bigmem::zeros((self.tokens, h));
         y.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each(|(t, mut yt)| {
+            let slots: Vec<(f64, ArrayView1<f64>)> =
+                (0..k).filter_map(|j| self.slot_row[t * k + j].map(|r| (weights[[t, j]], rows.row(r)))).collect();
             for (c, out) in yt.iter_mut().enumerate() {
-                *out = small_dot(
-                    (0..k).filter_map(|j| self.slot_row[t * k + j].map(|r| (weights[[t, j]], rows[[r, c]]))),
-                );
+                let pairs = || slots.iter().map(|(w, row)| (*w, row[c]));
+                *out = certify::dot_few(pairs()).unwrap_or_else(|| small_dot(pairs()));
             }
         });
         y
@@ -135,7 +137,12 @@ impl RowMap {
         out.axis_iter_mut(Axis(0)).into_par_iter().enumerate().for_each(|(t, mut o)| {
             for j in 0..k {
                 if let Some(r) = self.slot_row[t * k + j] {
-                    o[j] = small_dot(a.row(t).iter().copied().zip(rows.row(r).iter().copied()));
+                    let (x, y) = (a.row(t), rows.row(r));
+                    let certified = match (x.as_slice(), y.as_slice()) {
+                        (Some(x), Some(y)) => certify::dot_slices(x, y),
+                        _ => None,
+                    };
+                    o[j] = certified.unwrap_or_else(|| small_dot(x.iter().copied().zip(y.iter().copied())));
                 }
             }
         });

@@ -5,8 +5,10 @@
 //! - [`SmallSum`]: Shewchuk partials for a few terms (the k slots of a token, the slice products of the
 //!   fast GEMM). Same result as `ExactSum` for finite, non-overflowing terms.
 //! - [`dot`]: a correctly rounded dot product built on them.
+//! - `certify`: certificates of correct rounding, the cheap path in front of these (crate-internal).
 
 mod accumulator;
+pub(crate) mod certify;
 mod fsum;
 
 pub use accumulator::ExactSum;

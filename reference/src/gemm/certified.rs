@@ -26,7 +26,8 @@
 use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
-use super::ozaki::{f64_gemm_block, f64_gemm_strided, pair_budget, range_ok, ranges_ok, tile_shape, two_sum, OutPtr, OzakiPlan};
+use super::ozaki::{f64_gemm_block, f64_gemm_strided, pair_budget, range_ok, ranges_ok, tile_shape, OutPtr, OzakiPlan};
+use crate::exact::certify::{certify, gamma, settled, two_sum};
 use super::slicing::{grid_sigma, row_max_exp, row_need_bound, RowStats};
 use crate::exact::{pow2, ExactSum};
 
@@ -335,43 +336,6 @@ fn split_row_sparse(src: &[f64], cap: &mut [f64], sigma: f64, list: &mut Vec<(u3
         *c = (v + sigma) - sigma;
     }
     scan(n, &src[n..], &cap[n..]);
-}
-
-/// The largest `h` such that every real within `h` of `s` (exclusive) rounds to `s`. Half an ulp, or a quarter where `s` is a
-/// power of two (its lower neighbour is nearer); 0 where `s` is zero or so small that `h` would be subnormal
-/// (those entries are certified only when exact).
-#[inline(always)]
-fn half_gap(s: f64) -> f64 {
-    let bits = s.to_bits();
-    let f = (bits >> 52) & 0x7ff;
-    let power_of_two = (bits & ((1u64 << 52) - 1) == 0) as u64;
-    // lead exponent f - 1023; half an ulp is 2^(lead - 53), the half gap below a power of two 2^(lead - 54)
-    if f > 55 {
-        f64::from_bits((f - 53 - power_of_two) << 52)
-    } else {
-        0.0
-    }
-}
-
-/// γ_n = n·u / (1 - n·u) (u = 2^-53), with a margin for the rounding of the bounds built from it.
-fn gamma(n: usize) -> f64 {
-    let nu = n as f64 * pow2(-53);
-    nu / (1.0 - nu) * (1.0 + pow2(-30))
-}
-
-/// Whether `sum` is the correctly rounded value of every real within `slack` of it.
-#[inline(always)]
-fn settled(sum: f64, slack: f64) -> bool {
-    slack == 0.0 || slack * (1.0 + pow2(-50)) < half_gap(sum)
-}
-
-/// `p + t` rounded, and whether that is provably the correctly rounded value of `p + t + δ` for every
-/// `|δ| <= beta` (`p` exact, `t` the computed tail, `beta` its error bound). Branch-free, so that the
-/// certificate loop vectorises.
-#[inline(always)]
-fn certify(p: f64, t: f64, beta: f64) -> (f64, bool) {
-    let (sum, err) = two_sum(p, t); // sum + err == p + t exactly
-    (sum, settled(sum, err.abs() + beta))
 }
 
 /// Contraction block of the dense tail GEMMs. Higham's bound grows with the roundings a product can pass

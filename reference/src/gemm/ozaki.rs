@@ -16,6 +16,7 @@ use rayon::prelude::*;
 
 use super::slicing::{RowStats, Sliced, NEED_CAP};
 use super::Extra;
+use crate::exact::certify::{two_sum, Certifier};
 use crate::exact::{pow2, product_is_safe, Accumulate, ExactSum, SmallSum};
 
 /// The slicing chosen for one GEMM.
@@ -316,7 +317,8 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Ex
                 let rows: Vec<&[f64]> =
                     (0..pairs).map(|p| &s.products[(p * tm + (r - r0)) * tn..(p * tm + (r - r0) + 1) * tn]).collect();
                 combine_row(&rows, out, &xa, &plan, r, &shifts, inv_ub, ub_low, &mut s.wide);
-                // Entries touched by tails or extra terms are redone with an exact accumulator.
+                // Entries touched by tails or extra terms are redone: certified in f64 where that holds,
+                // else with an exact accumulator.
                 let a_tails = &xa.tails[r];
                 let slow_cols: Box<dyn Iterator<Item = usize>> = if !a_tails.is_empty() || extra.is_some() {
                     Box::new(c0..c1)
@@ -352,7 +354,11 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Ex
                             }
                         }
                     };
-                    out[col - c0] = if safe {
+                    let mut cert = Certifier::default();
+                    feed(&mut cert);
+                    out[col - c0] = if let Some(v) = cert.finish() {
+                        v
+                    } else if safe {
                         s.small.clear();
                         feed(&mut s.small);
                         s.small.round()
@@ -493,15 +499,6 @@ impl Wide {
             r
         }
     }
-}
-
-/// Error-free sum: `s + e == a + b` exactly (Knuth's TwoSum).
-#[inline(always)]
-pub(super) fn two_sum(a: f64, b: f64) -> (f64, f64) {
-    let s = a + b;
-    let bp = s - a;
-    let ap = s - bp;
-    (s, (a - ap) + (b - bp))
 }
 
 /// `x + y` rounded to odd: the nearest-even result, moved one ulp towards the exact sum when inexact and
