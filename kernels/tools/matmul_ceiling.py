@@ -2,21 +2,30 @@
 reps with a sync after each) the rate a layer's GEMMs can hold for milliseconds on end, or a burst the power
 controller has not caught up with yet?
 
-usage: python3 kernels/tools/matmul_ceiling.py [--seconds 2.0]
+usage: python3 kernels/tools/matmul_ceiling.py [--seconds 2.0] [--preset qwen3-30b-a3b|qwen3-235b-a22b]
 (run under kernels/tools/smi_during.sh to see the SM clock and the power cap)
 
 For each shape: `burst` = median of 20 CUDA-event timings with a sync after each (the baseline's method);
 `sustained` = back-to-back launches for about `--seconds`, timed as a whole, then the median of per-launch
 events over the last half of a second stream of launches. Shapes: the anchors' 8192^3, and the qwen3-30b-a3b
-layer's three row GEMMs at 16384 tokens as one dense GEMM each (M = 16384 * 8 rows; cuBLAS through torch).
+layer's row GEMMs at 16384 tokens as one dense GEMM each (M = 16384 * 8 rows; cuBLAS through torch), or
+with `--preset qwen3-235b-a22b` that layer's.
 """
 import argparse, json, time, torch
 
-SHAPES = {  # name: (M, N, K)
-    "square 8192^3": (8192, 8192, 8192),
-    "30b GEMM1 131072x1536x2048": (131072, 1536, 2048),
-    "30b dX 131072x2048x1536": (131072, 2048, 1536),
-    "30b GEMM2 131072x2048x768": (131072, 2048, 768),
+SHAPES = {  # preset: {name: (M, N, K)}; M = 16384 tokens x 8 slots
+    "qwen3-30b-a3b": {
+        "square 8192^3": (8192, 8192, 8192),
+        "30b GEMM1 131072x1536x2048": (131072, 1536, 2048),
+        "30b dX 131072x2048x1536": (131072, 2048, 1536),
+        "30b GEMM2 131072x2048x768": (131072, 2048, 768),
+    },
+    "qwen3-235b-a22b": {
+        "235b GEMM1 131072x3072x4096": (131072, 3072, 4096),
+        "235b dX 131072x4096x3072": (131072, 4096, 3072),
+        "235b GEMM2 131072x4096x1536": (131072, 4096, 1536),
+        "235b dA 131072x1536x4096": (131072, 1536, 4096),
+    },
 }
 
 
@@ -58,9 +67,10 @@ def run(m, n, k, seconds):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=2.0)
+    p.add_argument("--preset", default="qwen3-30b-a3b", choices=sorted(SHAPES))
     args = p.parse_args()
     print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}))
-    for name, (m, n, k) in SHAPES.items():
+    for name, (m, n, k) in SHAPES[args.preset].items():
         t = time.time()
         r = run(m, n, k, args.seconds)
         r["shape"] = name
