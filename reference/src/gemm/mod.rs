@@ -131,7 +131,7 @@ fn with_contiguous<R>(x: ArrayView2<f64>, f: impl FnOnce(ArrayView2<f64>) -> R) 
 /// written whole. Why not a larger tile: the rows of `dst` are `cols · 8` bytes apart (12-16 KiB for the
 /// layer's weights), a multiple of 4 KiB, so they all fall into one L1 set; a 32-row tile kept 32 partly
 /// written lines there and thrashed (8% of the exact layer's CPU time).
-fn transpose_rows_into(x: ArrayView2<f64>, r0: usize, r1: usize, dst: &mut [f64]) {
+pub(super) fn transpose_rows_into(x: ArrayView2<f64>, r0: usize, r1: usize, dst: &mut [f64]) {
     const T: usize = 8;
     let (rows, cols) = x.dim();
     let src = x.t();

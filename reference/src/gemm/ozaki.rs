@@ -11,7 +11,7 @@
 //! trading slice GEMMs against tail work; bf16-valued operands usually need a single slice.
 
 use gemm::Parallelism;
-use ndarray::{ArrayView2, ArrayViewMut2};
+use ndarray::{ArrayView2, ArrayViewMut2, ShapeBuilder};
 use rayon::prelude::*;
 
 use super::slicing::{RowStats, Sliced, NEED_CAP};
@@ -156,7 +156,9 @@ pub(super) fn f64_gemm_strided(dst: &mut [f64], a: &[f64], lda: usize, tm: usize
                 0.0, 1.0, false, false, false, Parallelism::None,
             );
         }
-        transpose_into(&ct, tn, tm, &mut dst[..tm * tn]);
+        // `ct` is the tm x tn tile in column order: the transpose of a row-major [tn][tm] array
+        let tile = ArrayView2::from_shape((tm, tn).f(), &ct).expect("tm * tn elements");
+        super::transpose_rows_into(tile, 0, tm, &mut dst[..tm * tn]);
         super::scratch::give(ct);
         return;
     }
@@ -184,27 +186,6 @@ pub(super) fn f64_gemm_strided(dst: &mut [f64], a: &[f64], lda: usize, tm: usize
             false,
             Parallelism::None,
         );
-    }
-}
-
-/// `dst[c][r] = src[r][c]` for `src` of `rows x cols` and `dst` of `cols x rows`, both row-major, through
-/// 8 x 8 tiles (see `gemm::transpose_rows_into` for why small tiles).
-fn transpose_into(src: &[f64], rows: usize, cols: usize, dst: &mut [f64]) {
-    const T: usize = 8;
-    assert!(src.len() >= rows * cols && dst.len() >= rows * cols);
-    for c0 in (0..cols).step_by(T) {
-        let nc = T.min(cols - c0);
-        for r0 in (0..rows).step_by(T) {
-            let nr = T.min(rows - r0);
-            let mut tile = [[0.0f64; T]; T]; // tile[r][c]
-            for (r, t) in tile.iter_mut().enumerate().take(nr) {
-                t[..nc].copy_from_slice(&src[(r0 + r) * cols + c0..][..nc]);
-            }
-            for c in 0..nc {
-                let d = &mut dst[(c0 + c) * rows + r0..][..nr];
-                d.iter_mut().enumerate().for_each(|(r, d)| *d = tile[r][c]);
-            }
-        }
     }
 }
 
@@ -331,7 +312,8 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Ex
                     if let Some(f) = extra {
                         f(r, col, &mut s.pairs);
                     }
-                    let safe = s.pairs.iter().all(|&(x, y)| product_is_safe(x, y))
+                    // (checked only where the certificate fails: it checks its own products)
+                    let safe = || s.pairs.iter().all(|&(x, y)| product_is_safe(x, y))
                         && a_tails.iter().all(|&(kk, tv)| product_is_safe(tv, b[[col, kk]]))
                         && (b_tails.is_empty()
                             || b_tails.iter().all(|&(kk, tv)| {
@@ -358,7 +340,7 @@ pub(super) fn matmul_nt(a: ArrayView2<f64>, b: ArrayView2<f64>, extra: Option<Ex
                     feed(&mut cert);
                     out[col - c0] = if let Some(v) = cert.finish() {
                         v
-                    } else if safe {
+                    } else if safe() {
                         s.small.clear();
                         feed(&mut s.small);
                         s.small.round()
