@@ -292,6 +292,22 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 // Pipeline stages of the persistent GEMMs and bytes of each consumer warpgroup's staging buffer for TMA
 // stores (a ring of 8 KiB slots, one output box of 64 rows x 128 bytes each). Both can be set at compile time
 // (MOE_FAST_DEFINES) as long as the block's shared memory stays inside the host's WS_SMEM (230,400 bytes).
+// WS_DYNAMIC=1: blocks take their tiles from a global counter as they finish the previous one (the first from
+// blockIdx.x), instead of the fixed b, b + gridDim.x, ...; which block computes a tile does not change its
+// bits. Why: on qwen3-235b-a22b the fixed order left some blocks 20-30% longer than others (WS_EXP_CLOCKS,
+// session 13: blocks whose column tiles waited longer for their stages), and the GEMM lasts as long as its
+// slowest block. Not with clusters (their units would need a cluster-wide queue).
+// The counters live in the layer (FastGemmParams::tile_ctr), one pair, used by one launch at a time (the
+// layer's launches are ordered on its stream).
+#ifndef WS_DYNAMIC
+#define WS_DYNAMIC 0
+#endif
+#if WS_CLUSTER > 1  // (a clustered module compiled with the same definitions keeps the fixed order)
+#undef WS_DYNAMIC
+#define WS_DYNAMIC 0
+#endif
+#define WS_TQ 4  // tile ids in flight between the producer and the consumers
+
 #ifndef WS_STAGES
 #define WS_STAGES WG_STAGES
 #endif
@@ -590,6 +606,13 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
     __shared__ __align__(8) unsigned long long bars[2 * WS_STAGES];  // full[s], then empty[s]
     __shared__ int sidx[4][64];                                     // weight gradients: the k-tiles' row indices
     const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[WS_STAGES]);
+#if WS_DYNAMIC
+    // the tile queue: producer thread 0 writes tile j's index into stile[j % WS_TQ] and arrives on its tfull;
+    // lane 0 of each consumer warp arrives on its tempty once the warp has read it
+    __shared__ int stile[WS_TQ];
+    __shared__ __align__(8) unsigned long long tbars[2 * WS_TQ];
+    const unsigned tfull0 = smem_u32(&tbars[0]), tempty0 = smem_u32(&tbars[WS_TQ]);
+#endif
     const int tid = threadIdx.x, warp = tid >> 5, role = warp >> 2;
     // who arrives on a full barrier: the TMA thread (expect_tx), and every producer thread whose cp.async
     // copies fill part of the stage
@@ -604,6 +627,12 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             // wgmma have read the stage
             mbar_init(empty0 + 8 * s, 2 * WS_RELEASES_PER_WG * WS_RELEASE_BLOCKS);
         }
+#if WS_DYNAMIC
+        for (int q = 0; q < WS_TQ; ++q) {
+            mbar_init(tfull0 + 8 * q, 1);
+            mbar_init(tempty0 + 8 * q, 8);
+        }
+#endif
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -626,7 +655,21 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         WsGatherA gather;
         WsWgrad wgrad;
         const int* gidx = (KIND == 2) ? (p.a_idx ? p.a_idx : p.b_idx) : nullptr;
+#if WS_DYNAMIC
+        for (int j = 0;; ++j) {
+            const unsigned q = j % WS_TQ;
+            if (tid == 0) {
+                mbar_wait(tempty0 + 8 * q, ((j / WS_TQ) & 1) ^ 1);  // the consumers have read slot q's last tile
+                const int next = j == 0 ? first : stride + atomicAdd(p.tile_ctr, 1);
+                *(volatile int*)&stile[q] = next < count ? next : count;
+                mbar_arrive(tfull0 + 8 * q);
+            }
+            producer_sync();  // every producer thread reads the slot before thread 0 can come back to it
+            const int t = *(volatile int*)&stile[q];
+            if (t >= count) break;
+#else
         for (int t = first; t < count; t += stride) {
+#endif
             const WsTile w = (KIND == 2) ? ws_wgrad_tile(p, t, rank) : ws_rows_tile<EPI>(p, t, rank);
             if (KIND == 2)
                 wgrad.setup(p, w, tid);
@@ -691,6 +734,16 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         }
         cp_async_commit();  // every copy of this thread into a group, then all landed before it exits
         cp_async_wait<0>();
+#if WS_DYNAMIC
+        if (tid == 0) {
+            // the last block to finish taking tiles puts the counters back to zero for the next launch
+            __threadfence();
+            if (atomicAdd(p.tile_ctr + 1, 1) == (int)gridDim.x - 1) {
+                atomicExch(p.tile_ctr, 0);
+                atomicExch(p.tile_ctr + 1, 0);
+            }
+        }
+#endif
     } else {  // consumers: warpgroup role - 1 owns rows 64 * (role - 1) .. + 64 of each tile
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WS_CONSUMER_REGS));
         const int wg = role - 1, lane = tid & 31, wq = warp & 3;
@@ -706,9 +759,20 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         long long c_main = 0, c_full = 0, c_full0 = 0, c_epi = 0;
         int n_tiles_done = 0;
 #endif
+#if WS_DYNAMIC
+        for (int j = 0;; ++j) {
+            const unsigned q = j % WS_TQ;
+            mbar_wait(tfull0 + 8 * q, (j / WS_TQ) & 1);
+            const int t = *(volatile int*)&stile[q];
+            __syncwarp();
+            if (lane == 0) mbar_arrive(tempty0 + 8 * q);
+            if (t >= count) break;
+            const WsTile w = tile(t);
+#else
         WsTile next = tile(first < count ? first : 0);
         for (int t = first; t < count; t += stride) {
             const WsTile w = next;
+#endif
             // (clusters) a row tile with no rows: the padding of an expert's odd tile count, or past m_dim. Its
             // block still takes part in the loads and the releases of every stage, and stores nothing.
             const bool idle = WS_CLUSTER > 1 && w.m0 >= ((KIND == 2) ? p.m_dim : w.m_end);
@@ -749,7 +813,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 if (kt > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane);
             }
             // the next tile's description (global loads) in flight during the last wgmma and the epilogue
+#if !WS_DYNAMIC
             if (t + stride < count) next = tile(t + stride);
+#endif
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             wg_fence_acc(d);
             if (w.nk > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane);

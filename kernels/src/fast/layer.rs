@@ -46,6 +46,7 @@ struct GemmParams {
     tiles: u64,
     tile_count: u64,
     offsets: u64,
+    tile_ctr: u64,
     lda: i64,
     ldb: i64,
     ldc: i64,
@@ -244,6 +245,9 @@ pub struct FastLayer<'g> {
     /// the tile list with each expert's tiles padded to an even count (persistent GEMMs in clusters of two)
     tiles2: CudaSlice<i32>,
     tile_count2: CudaSlice<i32>,
+    /// the persistent GEMMs' tile counter and finished-block count (compiled with WS_DYNAMIC: blocks take
+    /// tiles as they finish); zero between launches (the last block of each launch resets them)
+    tile_ctr: CudaSlice<i32>,
     row_token: CudaSlice<i32>,
     row_slot: CudaSlice<i32>,
     row_w: CudaSlice<f32>,
@@ -353,6 +357,7 @@ impl<'g> FastLayer<'g> {
             tile_count: zeros(gpu, 1)?,
             tiles2: zeros(gpu, 3 * (max_tiles + e))?,
             tile_count2: zeros(gpu, 1)?,
+            tile_ctr: zeros(gpu, 2)?,
             row_token: zeros(gpu, rows)?,
             row_slot: zeros(gpu, rows)?,
             row_w: zeros(gpu, rows)?,
@@ -679,6 +684,7 @@ impl<'g> FastLayer<'g> {
             tiles: self.ptr(&self.tiles),
             tile_count: self.ptr(&self.tile_count),
             offsets: self.ptr(&self.offsets),
+            tile_ctr: self.ptr(&self.tile_ctr),
             inter: self.dims.inter as i32,
             alpha: self.alpha,
             clamp_limit: self.limit,
@@ -1156,8 +1162,8 @@ mod tests {
 
     #[test]
     fn gemm_params_have_the_c_layout() {
-        // FastGemmParams: 12 pointers, 5 long longs, 4 ints, 2 floats, no padding
-        assert_eq!(std::mem::size_of::<GemmParams>(), 12 * 8 + 5 * 8 + 4 * 4 + 2 * 4);
+        // FastGemmParams: 13 pointers, 5 long longs, 4 ints, 2 floats, no padding
+        assert_eq!(std::mem::size_of::<GemmParams>(), 13 * 8 + 5 * 8 + 4 * 4 + 2 * 4);
         assert_eq!(std::mem::align_of::<GemmParams>(), 8);
     }
 
