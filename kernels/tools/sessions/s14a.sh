@@ -17,7 +17,7 @@ ab() { # preset reps label setting
 }
 ab qwen3-235b-a22b 12 235-dyn "MOE_FAST_DEFINES=WS_DYNAMIC=1"
 ab qwen3-30b-a3b 20 30-dyn "MOE_FAST_DEFINES=WS_DYNAMIC=1"
-if [ $SECONDS -lt 470 ]; then
+if [ $SECONDS -lt ${S14A_CLOCKS_UNTIL:-470} ]; then
     echo "=== 235b WS_EXP_CLOCKS with WS_DYNAMIC=1 at ${SECONDS}s"
     MOE_FAST_DEFINES="WS_EXP_CLOCKS WS_DYNAMIC=1" timeout 100 .gpu/bin/moe-oracle bench-gpu --preset qwen3-235b-a22b --tokens 16384 \
         --engines ws --reps 3 --check-tokens 1 --check-wgrad 16 2>&1 | grep -E "^  [gdws]|wsclk|wsspan|fast forward" | cut -c1-170 | tail -24

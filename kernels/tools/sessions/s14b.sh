@@ -7,9 +7,9 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu)
 for p in qwen3-235b-a22b qwen3-30b-a3b; do
   for d in "" "WS_DYNAMIC=1"; do
-    [ $SECONDS -gt 500 ] && break
+    [ $SECONDS -gt ${S14B_UNTIL:-430} ] && break
     echo "=== $p [$d] at ${SECONDS}s"
-    MOE_FAST_DEFINES="$d" timeout 150 $NCU -k regex:'^ws_rows_bmn$' --launch-count 2 \
+    MOE_FAST_DEFINES="$d" timeout 120 $NCU -k regex:'^ws_rows_bmn$' --launch-count 2 \
        --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o /tmp/prof \
        .gpu/bin/moe-oracle bench-gpu --preset $p --tokens 16384 --engines ws --reps 1 --check-tokens 0 > /tmp/ncu.log 2>&1
     echo "ncu rc $?"; grep -iE "error|==PROF==.*(Disconnected|failed)" /tmp/ncu.log | head -3
