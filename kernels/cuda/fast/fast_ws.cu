@@ -292,15 +292,18 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 // Pipeline stages of the persistent GEMMs and bytes of each consumer warpgroup's staging buffer for TMA
 // stores (a ring of 8 KiB slots, one output box of 64 rows x 128 bytes each). Both can be set at compile time
 // (MOE_FAST_DEFINES) as long as the block's shared memory stays inside the host's WS_SMEM (230,400 bytes).
-// WS_DYNAMIC=1: blocks take their tiles from a global counter as they finish the previous one (the first from
+// The dynamic tile scheduler (WS_DYNAMIC, compiled in by default; used by a launch whose p.tile_ctr is not
+// null): blocks take their tiles from a global counter as they finish the previous one (the first from
 // blockIdx.x), instead of the fixed b, b + gridDim.x, ...; which block computes a tile does not change its
 // bits. Why: on qwen3-235b-a22b the fixed order left some blocks 20-30% longer than others (WS_EXP_CLOCKS,
 // session 13: blocks whose column tiles waited longer for their stages), and the GEMM lasts as long as its
-// slowest block. Not with clusters (their units would need a cluster-wide queue).
+// slowest block; session 14 measured 235b's gemm1 -15%, gemm2 -21%, dX -28%, but dA_raw +9% and the weight
+// gradients +3-4% (their blocks are even already, and the queue costs a little), so the host turns it on per
+// kernel (MOE_FAST_DYNAMIC). Not with clusters (their units would need a cluster-wide queue).
 // The counters live in the layer (FastGemmParams::tile_ctr), one pair, used by one launch at a time (the
 // layer's launches are ordered on its stream).
 #ifndef WS_DYNAMIC
-#define WS_DYNAMIC 0
+#define WS_DYNAMIC 1
 #endif
 #if WS_CLUSTER > 1  // (a clustered module compiled with the same definitions keeps the fixed order)
 #undef WS_DYNAMIC
@@ -645,6 +648,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
     // this block's (cluster's) units: first, first + stride, ...
     const int first = blockIdx.x / WS_CLUSTER, stride = gridDim.x / WS_CLUSTER;
     const int count = (KIND == 2) ? ws_wgrad_count(p, p.k_dim) : ws_rows_count<EPI>(p);
+    const bool dyn = WS_DYNAMIC && p.tile_ctr != nullptr;  // tiles from the global counter (uniform)
 
     if (role == 0) {  // producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WS_PRODUCER_REGS));
@@ -655,21 +659,22 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         WsGatherA gather;
         WsWgrad wgrad;
         const int* gidx = (KIND == 2) ? (p.a_idx ? p.a_idx : p.b_idx) : nullptr;
-#if WS_DYNAMIC
         for (int j = 0;; ++j) {
-            const unsigned q = j % WS_TQ;
-            if (tid == 0) {
-                mbar_wait(tempty0 + 8 * q, ((j / WS_TQ) & 1) ^ 1);  // the consumers have read slot q's last tile
-                const int next = j == 0 ? first : stride + atomicAdd(p.tile_ctr, 1);
-                *(volatile int*)&stile[q] = next < count ? next : count;
-                mbar_arrive(tfull0 + 8 * q);
+            int t = first + j * stride;
+#if WS_DYNAMIC
+            if (dyn) {
+                const unsigned q = j % WS_TQ;
+                if (tid == 0) {
+                    mbar_wait(tempty0 + 8 * q, ((j / WS_TQ) & 1) ^ 1);  // the consumers have read slot q's last tile
+                    const int next = j == 0 ? first : stride + atomicAdd(p.tile_ctr, 1);
+                    *(volatile int*)&stile[q] = next < count ? next : count;
+                    mbar_arrive(tfull0 + 8 * q);
+                }
+                producer_sync();  // every producer thread reads the slot before thread 0 can come back to it
+                t = *(volatile int*)&stile[q];
             }
-            producer_sync();  // every producer thread reads the slot before thread 0 can come back to it
-            const int t = *(volatile int*)&stile[q];
-            if (t >= count) break;
-#else
-        for (int t = first; t < count; t += stride) {
 #endif
+            if (t >= count) break;
             const WsTile w = (KIND == 2) ? ws_wgrad_tile(p, t, rank) : ws_rows_tile<EPI>(p, t, rank);
             if (KIND == 2)
                 wgrad.setup(p, w, tid);
@@ -735,7 +740,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         cp_async_commit();  // every copy of this thread into a group, then all landed before it exits
         cp_async_wait<0>();
 #if WS_DYNAMIC
-        if (tid == 0) {
+        if (dyn && tid == 0) {
             // the last block to finish taking tiles puts the counters back to zero for the next launch
             __threadfence();
             if (atomicAdd(p.tile_ctr + 1, 1) == (int)gridDim.x - 1) {
@@ -759,20 +764,21 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         long long c_main = 0, c_full = 0, c_full0 = 0, c_epi = 0;
         int n_tiles_done = 0;
 #endif
-#if WS_DYNAMIC
-        for (int j = 0;; ++j) {
-            const unsigned q = j % WS_TQ;
-            mbar_wait(tfull0 + 8 * q, (j / WS_TQ) & 1);
-            const int t = *(volatile int*)&stile[q];
-            __syncwarp();
-            if (lane == 0) mbar_arrive(tempty0 + 8 * q);
-            if (t >= count) break;
-            const WsTile w = tile(t);
-#else
+        // fixed order: the next tile's description is loaded during the current tile's last wgmma
         WsTile next = tile(first < count ? first : 0);
-        for (int t = first; t < count; t += stride) {
-            const WsTile w = next;
+        for (int j = 0;; ++j) {
+            int t = first + j * stride;
+#if WS_DYNAMIC
+            if (dyn) {
+                const unsigned q = j % WS_TQ;
+                mbar_wait(tfull0 + 8 * q, (j / WS_TQ) & 1);
+                t = *(volatile int*)&stile[q];
+                __syncwarp();
+                if (lane == 0) mbar_arrive(tempty0 + 8 * q);
+            }
 #endif
+            if (t >= count) break;
+            const WsTile w = dyn ? tile(t) : next;
             // (clusters) a row tile with no rows: the padding of an expert's odd tile count, or past m_dim. Its
             // block still takes part in the loads and the releases of every stage, and stores nothing.
             const bool idle = WS_CLUSTER > 1 && w.m0 >= ((KIND == 2) ? p.m_dim : w.m_end);
@@ -813,9 +819,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 if (kt > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane);
             }
             // the next tile's description (global loads) in flight during the last wgmma and the epilogue
-#if !WS_DYNAMIC
-            if (t + stride < count) next = tile(t + stride);
-#endif
+            if (!dyn && t + stride < count) next = tile(t + stride);
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             wg_fence_acc(d);
             if (w.nk > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane);

@@ -24,19 +24,23 @@ pub struct KernelSettings {
     pub clustered: Option<String>,
     /// MOE_FAST_CLUSTERS: the clustered GEMMs' cluster count instead of the occupancy query's (experiment).
     pub clusters: Option<usize>,
+    /// MOE_FAST_DYNAMIC: the persistent GEMMs whose blocks take tiles from a global counter (`parse_gemms`;
+    /// default `DEFAULT_DYNAMIC`).
+    pub dynamic: Option<String>,
     /// MOE_FAST_LINEINFO (set): source lines in the SASS, for profilers; changes nothing else.
     pub lineinfo: bool,
 }
 
 impl KernelSettings {
     /// The environment variables of the fields, which `with` takes.
-    pub const VARIABLES: [&'static str; 4] = ["MOE_FAST_DEFINES", "MOE_FAST_CLUSTERED", "MOE_FAST_CLUSTERS", "MOE_FAST_LINEINFO"];
+    pub const VARIABLES: [&'static str; 5] = ["MOE_FAST_DEFINES", "MOE_FAST_CLUSTERED", "MOE_FAST_CLUSTERS", "MOE_FAST_DYNAMIC", "MOE_FAST_LINEINFO"];
 
     pub fn from_env() -> KernelSettings {
         KernelSettings {
             defines: std::env::var("MOE_FAST_DEFINES").unwrap_or_default(),
             clustered: std::env::var("MOE_FAST_CLUSTERED").ok(),
             clusters: std::env::var("MOE_FAST_CLUSTERS").ok().and_then(|v| v.parse().ok()),
+            dynamic: std::env::var("MOE_FAST_DYNAMIC").ok(),
             lineinfo: std::env::var_os("MOE_FAST_LINEINFO").is_some(),
         }
     }
@@ -49,6 +53,7 @@ impl KernelSettings {
                 "MOE_FAST_DEFINES" => s.defines = value.clone(),
                 "MOE_FAST_CLUSTERED" => s.clustered = Some(value.clone()),
                 "MOE_FAST_CLUSTERS" => s.clusters = Some(value.parse().map_err(|_| GpuError::Input(format!("MOE_FAST_CLUSTERS={value:?} is not a count")))?),
+                "MOE_FAST_DYNAMIC" => s.dynamic = Some(value.clone()),
                 "MOE_FAST_LINEINFO" => s.lineinfo = true,
                 _ => return Err(GpuError::Input(format!("{name} is not a kernel setting ({})", Self::VARIABLES.join(", ")))),
             }
@@ -77,6 +82,9 @@ pub struct FastKernels {
     /// `MOE_FAST_CLUSTERED` chooses them (`parse_clustered`); MOE_FAST_DEFINES="WS_CLUSTER=2" clusters all.
     clusters: HashMap<&'static str, usize>,
     max_clusters: HashMap<&'static str, usize>,
+    /// The persistent GEMMs launched with the dynamic tile scheduler (MOE_FAST_DYNAMIC; never a clustered one,
+    /// and none when MOE_FAST_DEFINES has WS_DYNAMIC=0).
+    dynamic: Vec<&'static str>,
     /// Experiment `WS_EXP_CLUSTER_NO_MC`: clustered launches, each block loading all of B (the B boxes' size
     /// on the host follows it).
     no_multicast: bool,
@@ -132,6 +140,11 @@ impl FastKernels {
             Ok(gpu.ctx.load_module(ptx)?)
         };
         let clustered = parse_clustered(cluster, settings.clustered.as_deref())?;
+        let dynamic: Vec<&'static str> = if defines.iter().any(|d| d == "WS_DYNAMIC=0") {
+            Vec::new()
+        } else {
+            parse_gemms("MOE_FAST_DYNAMIC", settings.dynamic.as_deref(), DEFAULT_DYNAMIC)?.into_iter().filter(|k| !clustered.contains(k)).collect()
+        };
         // the clustered kernels come from a second module compiled with WS_CLUSTER=2 (unless all are)
         let module_c2 = if cluster == 1 && !clustered.is_empty() && arch == "sm_90a" {
             let mut opts2 = opts.clone();
@@ -182,7 +195,7 @@ impl FastKernels {
         }
         let mut modules = vec![module];
         modules.extend(module_c2);
-        Ok(FastKernels { _modules: modules, functions, stages, arch, wgmma, sms, clocks, clusters, max_clusters, no_multicast })
+        Ok(FastKernels { _modules: modules, functions, stages, arch, wgmma, sms, clocks, clusters, max_clusters, dynamic, no_multicast })
     }
 
     /// How many clusters of `cluster` persistent blocks (WS_THREADS threads, WS_SMEM bytes) fit at once.
@@ -204,6 +217,11 @@ impl FastKernels {
     /// Blocks per cluster of persistent GEMM `name` (1: not clustered).
     pub fn cluster(&self, name: &str) -> usize {
         self.clusters.get(name).copied().unwrap_or(1)
+    }
+
+    /// Whether persistent GEMM `name` takes its tiles from the layer's global counter (dynamic scheduler).
+    pub(super) fn dynamic(&self, name: &str) -> bool {
+        self.dynamic.contains(&name)
     }
 
     /// Blocks sharing the loads of each B tile of persistent GEMM `name`.
@@ -253,8 +271,14 @@ fn parse_clustered(cluster: usize, list: Option<&str>) -> Result<Vec<&'static st
     if cluster == 2 {
         return Ok(source::WS_GEMMS.to_vec());
     }
+    parse_gemms("MOE_FAST_CLUSTERED", list, DEFAULT_CLUSTERED)
+}
+
+/// A choice of persistent GEMMs by the setting `var`: a comma list of `source::WS_GEMMS` names, `all`, or
+/// `none`; unset: `default`.
+fn parse_gemms(var: &str, list: Option<&str>, default: &[&'static str]) -> Result<Vec<&'static str>, GpuError> {
     let Some(list) = list else {
-        return Ok(DEFAULT_CLUSTERED.to_vec());
+        return Ok(default.to_vec());
     };
     match list.trim() {
         "all" => return Ok(source::WS_GEMMS.to_vec()),
@@ -264,13 +288,19 @@ fn parse_clustered(cluster: usize, list: Option<&str>) -> Result<Vec<&'static st
     list.split(',')
         .map(|n| {
             let n = n.trim();
-            source::WS_GEMMS.iter().copied().find(|k| *k == n).ok_or_else(|| GpuError::Input(format!("MOE_FAST_CLUSTERED: {n:?} is not a persistent GEMM (one of {})", source::WS_GEMMS.join(", "))))
+            source::WS_GEMMS.iter().copied().find(|k| *k == n).ok_or_else(|| GpuError::Input(format!("{var}: {n:?} is not a persistent GEMM (one of {})", source::WS_GEMMS.join(", "))))
         })
         .collect()
 }
 
 /// The persistent GEMMs clustered by default.
 const DEFAULT_CLUSTERED: &[&str] = &[];
+
+/// The persistent GEMMs with the dynamic tile scheduler by default: GEMM1, GEMM2 and dX (ws_rows: the
+/// transposed-weights variant of the last two). Session 14 on qwen3-235b-a22b (H100, `bench-gpu --ab`): gemm1
+/// 7.742 -> 6.593 ms, gemm2 4.111 -> 3.226, dX 8.938 -> 6.479 with it, but dA_raw (ws_rows_bmn_f32) 3.014 ->
+/// 3.281 and the weight gradients (ws_wgrad) 3-4% slower; on 30b every GEMM within 2%.
+const DEFAULT_DYNAMIC: &[&str] = &["ws_gemm1_swiglu", "ws_rows", "ws_rows_bmn"];
 
 #[cfg(test)]
 mod tests {
@@ -284,14 +314,18 @@ mod tests {
         assert_eq!(parse_clustered(2, Some("none")).unwrap(), source::WS_GEMMS, "WS_CLUSTER=2 clusters every persistent GEMM");
         assert_eq!(parse_clustered(1, None).unwrap(), DEFAULT_CLUSTERED);
         let err = parse_clustered(1, Some("ws_wgrad,wgrad")).unwrap_err().to_string();
-        assert!(err.contains("\"wgrad\" is not a persistent GEMM"), "{err}");
+        assert!(err.contains("MOE_FAST_CLUSTERED: \"wgrad\" is not a persistent GEMM"), "{err}");
+        assert_eq!(parse_gemms("MOE_FAST_DYNAMIC", None, DEFAULT_DYNAMIC).unwrap(), DEFAULT_DYNAMIC);
+        assert_eq!(parse_gemms("MOE_FAST_DYNAMIC", Some("ws_rows_bmn_f32"), DEFAULT_DYNAMIC).unwrap(), ["ws_rows_bmn_f32"]);
+        let err = parse_gemms("MOE_FAST_DYNAMIC", Some("dX"), DEFAULT_DYNAMIC).unwrap_err().to_string();
+        assert!(err.contains("MOE_FAST_DYNAMIC: \"dX\" is not a persistent GEMM"), "{err}");
     }
 
     #[test]
     fn settings_take_assignments_by_variable_name() {
         let base = KernelSettings { defines: "WS_EXP_CLOCKS".into(), ..Default::default() };
         let b = base.with(&[("MOE_FAST_DEFINES".into(), "WS_CLUSTER=2 WS_RELEASE_LANES".into()), ("MOE_FAST_CLUSTERED".into(), "ws_wgrad".into())]).unwrap();
-        assert_eq!(b, KernelSettings { defines: "WS_CLUSTER=2 WS_RELEASE_LANES".into(), clustered: Some("ws_wgrad".into()), clusters: None, lineinfo: false });
+        assert_eq!(b, KernelSettings { defines: "WS_CLUSTER=2 WS_RELEASE_LANES".into(), clustered: Some("ws_wgrad".into()), clusters: None, dynamic: None, lineinfo: false });
         assert_eq!(base.with(&[]).unwrap(), base);
         assert!(base.with(&[("MOE_FAST_CLUSTERS".into(), "x".into())]).unwrap_err().to_string().contains("not a count"));
         assert!(base.with(&[("MOE_FAST_GATHER".into(), "0".into())]).unwrap_err().to_string().contains("not a kernel setting"));

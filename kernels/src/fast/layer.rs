@@ -245,7 +245,7 @@ pub struct FastLayer<'g> {
     /// the tile list with each expert's tiles padded to an even count (persistent GEMMs in clusters of two)
     tiles2: CudaSlice<i32>,
     tile_count2: CudaSlice<i32>,
-    /// the persistent GEMMs' tile counter and finished-block count (compiled with WS_DYNAMIC: blocks take
+    /// the persistent GEMMs' tile counter and finished-block count (the dynamic tile scheduler: blocks take
     /// tiles as they finish); zero between launches (the last block of each launch resets them)
     tile_ctr: CudaSlice<i32>,
     row_token: CudaSlice<i32>,
@@ -589,6 +589,9 @@ impl<'g> FastLayer<'g> {
                 // the clusters' blocks pair up row tiles of one expert: the padded list
                 p.tiles = self.ptr(&self.tiles2);
                 p.tile_count = self.ptr(&self.tile_count2);
+            }
+            if !self.k.dynamic(ws) {
+                p.tile_ctr = 0;  // the fixed tile order (see DEFAULT_DYNAMIC in kernels.rs)
             }
             let cfg = self.persistent_config(ws, grid);
             let maps = self.tensor_maps(ws, &p)?;
