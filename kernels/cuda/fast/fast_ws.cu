@@ -310,6 +310,13 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 #define WS_DYNAMIC 0
 #endif
 #define WS_TQ 4  // tile ids in flight between the producer and the consumers
+// WS_DYN_AHEAD=1 (experiment, not yet measured): the producer claims a block's next tile from the counter when
+// it starts the current one, so the atomic's round trip (~1-2 us) overlaps the tile's loads instead of falling
+// between two tiles, where only the stages already filled (about 4 k-tiles) cover it. The claim made on the
+// last iteration comes back >= count (the counter only grows), so no tile is lost.
+#ifndef WS_DYN_AHEAD
+#define WS_DYN_AHEAD 0
+#endif
 
 #ifndef WS_STAGES
 #define WS_STAGES WG_STAGES
@@ -659,6 +666,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         WsGatherA gather;
         WsWgrad wgrad;
         const int* gidx = (KIND == 2) ? (p.a_idx ? p.a_idx : p.b_idx) : nullptr;
+#if WS_DYNAMIC
+        int ahead = 0;  // (WS_DYN_AHEAD, thread 0) the tile claimed during the previous iteration
+#endif
         for (int j = 0;; ++j) {
             int t = first + j * stride;
 #if WS_DYNAMIC
@@ -666,7 +676,13 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 const unsigned q = j % WS_TQ;
                 if (tid == 0) {
                     mbar_wait(tempty0 + 8 * q, ((j / WS_TQ) & 1) ^ 1);  // the consumers have read slot q's last tile
-                    const int next = j == 0 ? first : stride + atomicAdd(p.tile_ctr, 1);
+                    int next;
+                    if (WS_DYN_AHEAD) {
+                        next = j == 0 ? first : ahead;
+                        ahead = stride + atomicAdd(p.tile_ctr, 1);  // this block's next tile, used next iteration
+                    } else {
+                        next = j == 0 ? first : stride + atomicAdd(p.tile_ctr, 1);
+                    }
                     *(volatile int*)&stile[q] = next < count ? next : count;
                     mbar_arrive(tfull0 + 8 * q);
                 }
