@@ -13,14 +13,7 @@ echo "== bench 30b rc $? at ${SECONDS}s"
 grep -E "^fast|oracle|^\||speedup|^  [a-z]" $OUT/bench-30b.log | grep -v route | cut -c1-160 | head -24
 MOE_FAST_DEFINES="WS_DYN_AHEAD=1" REQUIRE_GPU=1 timeout 150 .gpu/bin/gpu_fast --test-threads=1 > $OUT/gpu_fast-ahead.log 2>&1
 echo "== gpu_fast WS_DYN_AHEAD=1 rc $? at ${SECONDS}s"; grep -E "^test |test result|panicked" $OUT/gpu_fast-ahead.log | head -6
-ab() { # preset reps label setting
-    [ $SECONDS -gt 430 ] && return
-    local s=$SECONDS
-    timeout 120 .gpu/bin/moe-oracle bench-gpu --preset $1 --tokens 16384 --engines ws --reps $2 --check-tokens 1 \
-        --check-wgrad 16 --ab "$4" > $OUT/ab-$3.log 2>&1
-    echo "=== $1 [$4] rc $? $((SECONDS - s)) s"
-    grep -E "^A/B|^B/A|gemm1|wgrad|dX_rows|dA_raw|gemm2|^outputs|^oracle|rror" $OUT/ab-$3.log | cut -c1-150
-}
+. kernels/tools/sessions/ab_lib.sh
 ab qwen3-235b-a22b 8 235-ahead "MOE_FAST_DEFINES=WS_DYN_AHEAD=1"
 ab qwen3-235b-a22b 8 235-ahead-all "MOE_FAST_DEFINES=WS_DYN_AHEAD=1; MOE_FAST_DYNAMIC=all"
 ab qwen3-30b-a3b 16 30-ahead-all "MOE_FAST_DEFINES=WS_DYN_AHEAD=1; MOE_FAST_DYNAMIC=all"

@@ -1,0 +1,11 @@
+# Sourced by the session scripts (from s15a.sh on): `ab PRESET REPS LABEL "SETTINGS"` runs one interleaved A/B
+# (`bench-gpu --ab`: A the environment's settings, B with SETTINGS) into $OUT/ab-LABEL.log and prints its
+# summary; it skips when the script has run longer than AB_UNTIL seconds (default 430), to stay inside a call.
+ab() { # preset reps label setting
+    [ $SECONDS -gt ${AB_UNTIL:-430} ] && return
+    local s=$SECONDS
+    timeout 120 .gpu/bin/moe-oracle bench-gpu --preset $1 --tokens 16384 --engines ws --reps $2 --check-tokens 1 \
+        --check-wgrad 16 --ab "$4" > $OUT/ab-$3.log 2>&1
+    echo "=== $1 [$4] rc $? $((SECONDS - s)) s"
+    grep -E "^A/B|^B/A|gemm1|wgrad|dX_rows|dA_raw|gemm2|^outputs|^oracle|rror" $OUT/ab-$3.log | cut -c1-150
+}
