@@ -53,11 +53,11 @@ pub struct BenchGpuArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// A/B comparison in one process: a second layer built with these settings, `NAME=VALUE` pairs
-    /// separated by `;` (MOE_FAST_DEFINES, MOE_FAST_CLUSTERED, MOE_FAST_CLUSTERS, MOE_FAST_DYNAMIC, MOE_FAST_LINEINFO for the
-    /// kernels; MOE_FAST_GATHER_FIRST, MOE_FAST_GEMM1_GATHER_FIRST for the layer), timed against the settings
-    /// of the environment rep by rep in the order A B B A A B ..., so that the clock's drift under the power
-    /// cap falls on both; reports both medians, the per-round ratio, per-kernel times, whether the outputs
-    /// are bitwise the same, and B's oracle check. One engine; not with --baseline.
+    /// separated by `;` (MOE_FAST_DEFINES, MOE_FAST_CLUSTERED, MOE_FAST_CLUSTERS, MOE_FAST_DYNAMIC,
+    /// MOE_FAST_LINEINFO for the kernels; MOE_FAST_GATHER_FIRST, MOE_FAST_GEMM1_GATHER_FIRST for the layer),
+    /// timed against the settings of the environment rep by rep in the order A B B A A B ..., so that the
+    /// clock's drift under the power cap falls on both; reports both medians, the per-round ratio, per-kernel
+    /// times, whether the outputs are bitwise the same, and B's oracle check. One engine; not with --baseline.
     #[arg(long)]
     pub ab: Option<String>,
 }

@@ -163,7 +163,8 @@ fn fast_layer_matches_the_oracle_on_random_shapes() {
 /// The dynamic tile scheduler (`MOE_FAST_DYNAMIC`: which persistent GEMMs take tiles from a global counter)
 /// changes which block computes a tile, never its bits: every persistent GEMM dynamic, and none, against the
 /// default choice, on two small cases and one with more tiles than an H100/H200 has SMs in every row GEMM
-/// (T = 8192, k = 2: 16384 rows, 128+ row tiles), so that blocks come back to the queue.
+/// (T = 8192, k = 2: 16384 rows, 128+ row tiles), so that blocks come back to the queue. Each other choice
+/// runs twice per case: the counters one launch leaves must be zero for the next.
 #[test]
 fn the_dynamic_tile_scheduler_changes_no_bits() {
     use moe_kernels::fast::KernelSettings;
@@ -175,14 +176,16 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
     }
     let ws = ENGINES.iter().find(|(n, _)| *n == "ws").expect("the ws engine").1;
     let base = KernelSettings::from_env();
-    for choice in ["all", "none"] {
-        let other = FastKernels::load_with(&gpu, kern.stages, &base.with(&[("MOE_FAST_DYNAMIC".into(), choice.into())]).unwrap()).expect("kernels load");
-        for (seed, t, h, i, e, k) in [(11u64, 300, 256, 192, 4, 2), (14, 200, 520, 264, 2, 2), (21, 8192, 1024, 256, 8, 2)] {
-            let case = FastCase::new(seed, t, h, i, e, k, Activation::Swiglu, 0.05);
-            // twice each: the counters left by one launch must be zero for the next
-            let a = case.run(&gpu, &kern, ws, true, false).expect("default kernels");
+    let others: Vec<(&str, FastKernels)> = ["all", "none"]
+        .into_iter()
+        .map(|choice| (choice, FastKernels::load_with(&gpu, kern.stages, &base.with(&[("MOE_FAST_DYNAMIC".into(), choice.into())]).unwrap()).expect("kernels load")))
+        .collect();
+    for (seed, t, h, i, e, k) in [(11u64, 300, 256, 192, 4, 2), (14, 200, 520, 264, 2, 2), (21, 8192, 1024, 256, 8, 2)] {
+        let case = FastCase::new(seed, t, h, i, e, k, Activation::Swiglu, 0.05);
+        let a = case.run(&gpu, &kern, ws, true, false).expect("default kernels");
+        for (choice, other) in &others {
             for run in 0..2 {
-                let b = case.run(&gpu, &other, ws, true, run == 1).expect("other kernels");
+                let b = case.run(&gpu, other, ws, true, run == 1).expect("other kernels");
                 if let Err(msg) = same(&a, &b) {
                     panic!("MOE_FAST_DYNAMIC={choice}, case seed {seed} (T={t} H={h} I={i} E={e} k={k}), run {run}: {msg}");
                 }

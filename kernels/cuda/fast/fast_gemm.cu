@@ -44,7 +44,7 @@ struct FastGemmParams {
     const int* tiles;         // row GEMMs: [tile][3] = expert, first row, end row
     const int* tile_count;    // row GEMMs: number of valid tiles (device)
     const int* offsets;       // wgrad: expert row offsets [E + 1]
-    int* tile_ctr;            // persistent GEMMs with WS_DYNAMIC: [next tile, blocks done], zero at launch
+    int* tile_ctr;            // persistent GEMMs: [next tile, blocks done], zero at launch; null: fixed tile order
     long long lda, ldb, ldc;  // leading dimensions (elements)
     long long b_estride;      // per-expert stride of B (row GEMMs)
     long long c_estride;      // per-expert stride of C (wgrad)

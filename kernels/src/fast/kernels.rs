@@ -82,8 +82,9 @@ pub struct FastKernels {
     /// `MOE_FAST_CLUSTERED` chooses them (`parse_clustered`); MOE_FAST_DEFINES="WS_CLUSTER=2" clusters all.
     clusters: HashMap<&'static str, usize>,
     max_clusters: HashMap<&'static str, usize>,
-    /// The persistent GEMMs launched with the dynamic tile scheduler (MOE_FAST_DYNAMIC; never a clustered one,
-    /// and none when MOE_FAST_DEFINES has WS_DYNAMIC=0).
+    /// The persistent GEMMs launched with the dynamic tile scheduler (MOE_FAST_DYNAMIC). A kernel compiled
+    /// without it (WS_DYNAMIC=0 in MOE_FAST_DEFINES, or a clustered one) ignores the counter and keeps the
+    /// fixed order, so the list needs no filtering here.
     dynamic: Vec<&'static str>,
     /// Experiment `WS_EXP_CLUSTER_NO_MC`: clustered launches, each block loading all of B (the B boxes' size
     /// on the host follows it).
@@ -140,11 +141,7 @@ impl FastKernels {
             Ok(gpu.ctx.load_module(ptx)?)
         };
         let clustered = parse_clustered(cluster, settings.clustered.as_deref())?;
-        let dynamic: Vec<&'static str> = if defines.iter().any(|d| d == "WS_DYNAMIC=0") {
-            Vec::new()
-        } else {
-            parse_gemms("MOE_FAST_DYNAMIC", settings.dynamic.as_deref(), DEFAULT_DYNAMIC)?.into_iter().filter(|k| !clustered.contains(k)).collect()
-        };
+        let dynamic = parse_gemms("MOE_FAST_DYNAMIC", settings.dynamic.as_deref(), DEFAULT_DYNAMIC)?;
         // the clustered kernels come from a second module compiled with WS_CLUSTER=2 (unless all are)
         let module_c2 = if cluster == 1 && !clustered.is_empty() && arch == "sm_90a" {
             let mut opts2 = opts.clone();

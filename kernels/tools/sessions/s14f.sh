@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 14, last call on what device time was left (~5 min): s14e's steps, most needed first: gpu_fast on the
-# per-kernel dynamic default (with the all/none bitwise test), 235b then 30b against the PyTorch baseline,
-# gpu_layer and layer_api.
+# Session 14, last call on what device time was left (~5 min): the committed default's checks, most needed
+# first: gpu_fast on the per-kernel dynamic default (with the all/none bitwise test), 235b then 30b against
+# the PyTorch baseline, gpu_layer and layer_api.
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s14f}; mkdir -p $OUT
 REQUIRE_GPU=1 timeout 130 .gpu/bin/gpu_fast --test-threads=1 > $OUT/gpu_fast.log 2>&1
