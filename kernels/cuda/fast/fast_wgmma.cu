@@ -156,6 +156,44 @@ __device__ __forceinline__ void wg_load_rows(const FastGemmParams& p, unsigned s
     }
 }
 
+// Column pairs per batch of the SwiGLU backward epilogue (H loads issued together); 4 or more spill registers
+// in the persistent kernel (168 a thread).
+#ifndef WG_BWD_BATCH
+#define WG_BWD_BATCH 2
+#endif
+// One batch of the SwiGLU backward epilogue (EPI_SWIGLU_BWD below): column pairs q0 + 8 jj (jj < WG_BWD_BATCH) of row
+// hrow's H (gate and up as bf16 pairs gp[jj], up[jj]) and dA_raw (dv[4 jj + c]): A recomputed as the forward
+// did, dH = SwiGLU'(w dA_raw) and A' = w A stored as bf16 pairs, and rowdot extended by dA_raw·A in column
+// order; pairs past the row's end or the tile's rows (live false) are computed on g = u = 1 and dropped. The
+// activation is fixed at compile time and Div is the division (DivInRange clears its flag when an operand is out
+// of range: the caller then runs the batch again with DivRn over the same stores), so that the batch is one
+// branch-free block.
+template <bool CLAMPED, class Div>
+__device__ __forceinline__ void wg_swiglu_bwd_batch(const FastGemmParams& p, const unsigned (&gp)[WG_BWD_BATCH], const unsigned (&up)[WG_BWD_BATCH], const float* dv, float w, int q0, bool live,
+                                                    bf16_t* dhrow, bf16_t* aprow, Div div, float& rowdot) {
+#pragma unroll
+    for (int jj = 0; jj < WG_BWD_BATCH; ++jj) {
+        const int q = q0 + 8 * jj;
+        const bool ok = live && q < p.inter;
+        unsigned dg = 0, du = 0, ap = 0;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            float a, gg, uu;
+            swiglu_fb_div(c ? bf16_hi(gp[jj]) : bf16_lo(gp[jj]), c ? bf16_hi(up[jj]) : bf16_lo(up[jj]), w * dv[4 * jj + c], p.alpha, p.clamp_limit, CLAMPED, div, a, gg, uu);
+            const float ab = bf16_to_f32(f32_to_bf16(a));  // A as the forward stored it
+            rowdot = ok ? fmaf(dv[4 * jj + c], ab, rowdot) : rowdot;
+            dg |= (unsigned)f32_to_bf16(gg) << (16 * c);
+            du |= (unsigned)f32_to_bf16(uu) << (16 * c);
+            ap |= (unsigned)f32_to_bf16(w * ab) << (16 * c);
+        }
+        if (ok) {
+            *(unsigned*)(dhrow + q) = dg;
+            *(unsigned*)(dhrow + p.inter + q) = du;
+            *(unsigned*)(aprow + q) = ap;
+        }
+    }
+}
+
 // Row GEMMs' epilogue from a warpgroup's accumulators: d[4j + c] is row r_in + 8*(c/2) (r_in = 64-row group
 // + 16 * warp in group + lane/4), column 8j + c_in + c%2 of the 128 x 256 tile at (m0, n0). n_tile / n_tiles:
 // the column tile's index and count (the SwiGLU backward's per-tile partial sums).
@@ -176,18 +214,6 @@ __device__ __forceinline__ void wg_epilogue_rows(const FastGemmParams& p, float*
                 } else if (n < p.n_dim) {
                     crow[n] = f32_to_bf16(v0);
                 }
-            }
-        }
-    } else if (EPI == EPI_STORE_F32) {
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            int m = m0 + r_in + hf * 8;
-            if (m >= m_end) continue;
-            float* crow = (float*)p.c + (long long)m * p.ldc;
-#pragma unroll
-            for (int j = 0; j < 32; ++j) {
-                int n = n0 + j * 8 + c_in;
-                if (n < p.n_dim) *(float2*)(crow + n) = make_float2(d[4 * j + 2 * hf], d[4 * j + 2 * hf + 1]);
             }
         }
     } else if (EPI == EPI_SWIGLU_FWD || EPI == EPI_SWIGLU_FWD_SPLIT) {
@@ -223,8 +249,12 @@ __device__ __forceinline__ void wg_epilogue_rows(const FastGemmParams& p, float*
             }
         }
     } else {  // EPI_SWIGLU_BWD: d = dA_raw (unweighted), N = I; a warp holds whole rows of the tile
-        // H is read in batches of 8 column pairs loaded together (one memory round trip per batch instead of
-        // one per pair); I is a multiple of 8 and q is even, so a pair never straddles the end of a row.
+        // H is read in batches of WG_BWD_BATCH column pairs loaded together (one memory round trip per batch instead of
+        // one per pair); I is a multiple of 8 and q is even, so a pair never straddles the end of a row. A batch
+        // is computed by swiglu_fb (one exponential per element for A and its gradient) with the branch-free
+        // division, and again with the IEEE one in the rare batch with an operand out of its range: the same
+        // values either way. Pairs past the row's end or the tile's rows take g = u = 1 (in range, unused).
+        const bool clamped = !(p.clamp_limit < 0.0f);
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
             int r = m0 + r_in + hf * 8;
@@ -235,37 +265,29 @@ __device__ __forceinline__ void wg_epilogue_rows(const FastGemmParams& p, float*
             bf16_t* dhrow = p.c + (long long)r * 2 * p.inter;
             bf16_t* aprow = p.c2 + (long long)r * p.inter;
 #pragma unroll
-            for (int cj = 0; cj < 4; ++cj) {
-                unsigned gp[8], up[8];
+            for (int cj = 0; cj < 32 / WG_BWD_BATCH; ++cj) {
+                unsigned gp[WG_BWD_BATCH], up[WG_BWD_BATCH];
 #pragma unroll
-                for (int jj = 0; jj < 8; ++jj) {
-                    int q = n0 + (cj * 8 + jj) * 8 + c_in;
+                for (int jj = 0; jj < WG_BWD_BATCH; ++jj) {
+                    int q = n0 + (cj * WG_BWD_BATCH + jj) * 8 + c_in;
                     bool ok = live && q < p.inter;
-                    gp[jj] = ok ? __ldg((const unsigned*)(hrow + q)) : 0u;
-                    up[jj] = ok ? __ldg((const unsigned*)(hrow + p.inter + q)) : 0u;
+                    gp[jj] = ok ? __ldg((const unsigned*)(hrow + q)) : 0x3f803f80u;
+                    up[jj] = ok ? __ldg((const unsigned*)(hrow + p.inter + q)) : 0x3f803f80u;
                 }
-#pragma unroll
-                for (int jj = 0; jj < 8; ++jj) {
-                    int j = cj * 8 + jj;
-                    int q = n0 + j * 8 + c_in;
-                    if (!live || q >= p.inter) continue;
-                    bf16_t dg[2], du[2], ap[2];
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        float g = bf16_to_f32((bf16_t)(c ? gp[jj] >> 16 : gp[jj] & 0xffffu));
-                        float u = bf16_to_f32((bf16_t)(c ? up[jj] >> 16 : up[jj] & 0xffffu));
-                        float a = bf16_to_f32(f32_to_bf16(swiglu_f(g, u, p.alpha, p.clamp_limit)));
-                        float dv = d[4 * j + 2 * hf + c];
-                        rowdot = fmaf(dv, a, rowdot);
-                        float gg, uu;
-                        swiglu_b(g, u, w * dv, p.alpha, p.clamp_limit, gg, uu);
-                        dg[c] = f32_to_bf16(gg);
-                        du[c] = f32_to_bf16(uu);
-                        ap[c] = f32_to_bf16(w * a);
-                    }
-                    *(unsigned*)(dhrow + q) = (unsigned)dg[0] | ((unsigned)dg[1] << 16);
-                    *(unsigned*)(dhrow + p.inter + q) = (unsigned)du[0] | ((unsigned)du[1] << 16);
-                    *(unsigned*)(aprow + q) = (unsigned)ap[0] | ((unsigned)ap[1] << 16);
+                const float* dv = d + 4 * (cj * WG_BWD_BATCH) + 2 * hf;  // pair jj's dA_raw at dv[4 jj], dv[4 jj + 1]
+                const int q0 = n0 + cj * WG_BWD_BATCH * 8 + c_in;
+                const float rowdot0 = rowdot;
+                bool in_range = true;
+                if (clamped)
+                    wg_swiglu_bwd_batch<true>(p, gp, up, dv, w, q0, live, dhrow, aprow, DivInRange{&in_range}, rowdot);
+                else
+                    wg_swiglu_bwd_batch<false>(p, gp, up, dv, w, q0, live, dhrow, aprow, DivInRange{&in_range}, rowdot);
+                if (!in_range) {  // rare: the batch again with the IEEE division, over the stores just made
+                    rowdot = rowdot0;
+                    if (clamped)
+                        wg_swiglu_bwd_batch<true>(p, gp, up, dv, w, q0, live, dhrow, aprow, DivRn{}, rowdot);
+                    else
+                        wg_swiglu_bwd_batch<false>(p, gp, up, dv, w, q0, live, dhrow, aprow, DivRn{}, rowdot);
                 }
             }
             rowdot += __shfl_xor_sync(0xffffffffu, rowdot, 1);
@@ -403,57 +425,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) wg_gemm1_swiglu(const FastG
 extern "C" __global__ void __launch_bounds__(256, 1) wg_rows(const FastGemmParams p) { WG_BODY(EPI_STORE) }
 extern "C" __global__ void __launch_bounds__(256, 1) wg_dgrad_swiglu(const FastGemmParams p) { WG_BODY(EPI_SWIGLU_BWD) }
 extern "C" __global__ void __launch_bounds__(256, 1) wg_wgrad(const FastGemmParams p) { WG_WGRAD_BODY }
-// weights read as stored (N-contiguous B): dX rows (bf16) and dA_raw (f32, for fc_swiglu_bwd_rows)
+// weights read as stored (N-contiguous B): dX rows, and dA = dY·W2ᵀ with the SwiGLU backward in its epilogue
 extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn(const FastGemmParams p) { WG_BODY_BMN(EPI_STORE) }
-extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn_f32(const FastGemmParams p) { WG_BODY_BMN(EPI_STORE_F32) }
-
-// SwiGLU backward on whole rows, one warp per row, from dA_raw = dY[token]·W2 (f32, unweighted): dA = w·dA_raw,
-// A recomputed from H exactly as the forward did, dH and A' = w·A stored in bf16, and the routing-weight
-// gradient's row sum <dA_raw, A> into ds_row[r]: each lane sums its 8-column chunks (columns 8 lane + 256 i)
-// in column order, then a fixed butterfly across the lanes. 16-byte loads and stores (I is a multiple of 8).
-extern "C" __global__ void fc_swiglu_bwd_rows(const float* __restrict__ da_raw, const bf16_t* __restrict__ h,
-                                              const float* __restrict__ row_w, bf16_t* __restrict__ dh,
-                                              bf16_t* __restrict__ aw, float* __restrict__ ds_row, int rows,
-                                              int inter, float alpha, float clamp_limit) {
-    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (r >= rows) return;
-    float w = row_w[r];
-    const float* drow = da_raw + (long long)r * inter;
-    const bf16_t* hrow = h + (long long)r * 2 * inter;
-    bf16_t* dhrow = dh + (long long)r * 2 * inter;
-    bf16_t* arow = aw + (long long)r * inter;
-    float rowdot = 0.0f;
-#pragma unroll 2
-    for (int q = 8 * lane; q < inter; q += 256) {
-        const float4 d0 = __ldcs((const float4*)(drow + q)), d1 = __ldcs((const float4*)(drow + q + 4));
-        const uint4 gp = *(const uint4*)(hrow + q), up = *(const uint4*)(hrow + inter + q);
-        const float dv[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
-        const unsigned gw[4] = {gp.x, gp.y, gp.z, gp.w}, uw[4] = {up.x, up.y, up.z, up.w};
-        unsigned dg[4], du[4], ap[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            dg[i] = du[i] = ap[i] = 0;
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                float g = bf16_to_f32((bf16_t)(c ? gw[i] >> 16 : gw[i] & 0xffffu));
-                float u = bf16_to_f32((bf16_t)(c ? uw[i] >> 16 : uw[i] & 0xffffu));
-                float d = dv[2 * i + c], af, gg, uu;
-                swiglu_fb(g, u, w * d, alpha, clamp_limit, af, gg, uu);  // one exponential for A and its gradient
-                float a = bf16_to_f32(f32_to_bf16(af));
-                rowdot = fmaf(d, a, rowdot);
-                dg[i] |= (unsigned)f32_to_bf16(gg) << (16 * c);
-                du[i] |= (unsigned)f32_to_bf16(uu) << (16 * c);
-                ap[i] |= (unsigned)f32_to_bf16(w * a) << (16 * c);
-            }
-        }
-        *(uint4*)(dhrow + q) = make_uint4(dg[0], dg[1], dg[2], dg[3]);
-        *(uint4*)(dhrow + inter + q) = make_uint4(du[0], du[1], du[2], du[3]);
-        *(uint4*)(arow + q) = make_uint4(ap[0], ap[1], ap[2], ap[3]);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) rowdot += __shfl_xor_sync(0xffffffffu, rowdot, o);
-    if (lane == 0) ds_row[r] = rowdot;
-}
+extern "C" __global__ void __launch_bounds__(256, 1) wg_dgrad_bmn(const FastGemmParams p) { WG_BODY_BMN(EPI_SWIGLU_BWD) }
 
 // out[e][c][r] = in[e][r][c] for a batch of [rows][cols] bf16 matrices (rows, cols even), through a 64 x 64
 // tile in shared memory: each thread reads and writes bf16 pairs, so a warp moves 128 contiguous bytes.

@@ -310,13 +310,6 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 #define WS_DYNAMIC 0
 #endif
 #define WS_TQ 4  // tile ids in flight between the producer and the consumers
-// WS_DYN_AHEAD=1 (experiment, not yet measured): the producer claims a block's next tile from the counter when
-// it starts the current one, so the atomic's round trip (~1-2 us) overlaps the tile's loads instead of falling
-// between two tiles, where only the stages already filled (about 4 k-tiles) cover it. The claim made on the
-// last iteration comes back >= count (the counter only grows), so no tile is lost.
-#ifndef WS_DYN_AHEAD
-#define WS_DYN_AHEAD 0
-#endif
 
 #ifndef WS_STAGES
 #define WS_STAGES WG_STAGES
@@ -395,8 +388,6 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
-__device__ __forceinline__ float bf16_lo(unsigned v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float bf16_hi(unsigned v) { return __uint_as_float(v & 0xffff0000u); }
 
 // One warp's 16 rows x 16 columns of bf16 pairs into a box slot by one stmatrix: r[0..3] are this lane's pairs
 // of (row lane/4, column group 2 jp), (row + 8, group 2 jp), (row, group 2 jp + 1), (row + 8, group 2 jp + 1)
@@ -409,38 +400,22 @@ __device__ __forceinline__ void stsm_box(unsigned slot, int wq, int lane, int jp
                  : "memory");
 }
 
-// EPI_STORE (bf16: 4 boxes of 64 columns, by stmatrix) and EPI_STORE_F32 (8 boxes of 32): a warpgroup's 64 rows
-// (from row0 of expert z in the tensor map tc, [z][rows][columns]; columns from n0). The accumulator layout:
-// d[4j + 2hf + c] is row 16 wq + lane/4 + 8 hf, column 8j + 2 (lane % 4) + c; the values are the ones the direct
-// epilogue stores.
-template <bool F32>
+// EPI_STORE: a warpgroup's 64 rows in 4 boxes of 64 columns, by stmatrix (from row0 of expert z in the tensor
+// map tc, [z][rows][columns]; columns from n0). The accumulator layout: d[4j + 2hf + c] is row 16 wq + lane/4 +
+// 8 hf, column 8j + 2 (lane % 4) + c; the values are the ones the direct epilogue stores.
 __device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const TmaDesc* tc, int n0, int row0, int z, int wq, int lane) {
-    constexpr int BOXES = F32 ? 8 : 4, J = 32 / BOXES, BOX = F32 ? 32 : 64;  // J column groups of 8 per box
 #pragma unroll
-    for (int bx = 0; bx < BOXES; ++bx) {
+    for (int bx = 0; bx < 4; ++bx) {
         out.box(
             [&](unsigned slot) {
-                if (F32) {
 #pragma unroll
-                    for (int jj = 0; jj < J; ++jj) {
-#pragma unroll
-                        for (int hf = 0; hf < 2; ++hf) {
-                            const int r = wq * 16 + (lane >> 2) + 8 * hf;
-                            const float v0 = d[4 * (J * bx + jj) + 2 * hf], v1 = d[4 * (J * bx + jj) + 2 * hf + 1];
-                            const unsigned a = slot + swz128(r, 32 * jj + 8 * (lane & 3));
-                            asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a), "r"(__float_as_uint(v0)), "r"(__float_as_uint(v1)) : "memory");
-                        }
-                    }
-                } else {
-#pragma unroll
-                    for (int jp = 0; jp < J / 2; ++jp) {
-                        const float* q = d + 4 * (J * bx + 2 * jp);
-                        const unsigned r[4] = {pack_bf16x2(q[0], q[1]), pack_bf16x2(q[2], q[3]), pack_bf16x2(q[4], q[5]), pack_bf16x2(q[6], q[7])};
-                        stsm_box(slot, wq, lane, jp, r);
-                    }
+                for (int jp = 0; jp < 4; ++jp) {
+                    const float* q = d + 4 * (8 * bx + 2 * jp);
+                    const unsigned r[4] = {pack_bf16x2(q[0], q[1]), pack_bf16x2(q[2], q[3]), pack_bf16x2(q[4], q[5]), pack_bf16x2(q[6], q[7])};
+                    stsm_box(slot, wq, lane, jp, r);
                 }
             },
-            [&](unsigned slot) { tma_store_3d(tc, slot, n0 + BOX * bx, row0, z); });
+            [&](unsigned slot) { tma_store_3d(tc, slot, n0 + 64 * bx, row0, z); });
     }
 }
 
@@ -607,7 +582,7 @@ struct WsWgrad {
 
 // KIND: 0 row GEMMs with B K-major, 1 row GEMMs with B as stored (MN-major), 2 weight gradients.
 // ta / tb: tensor maps of A (row GEMMs with a_idx null) and B (row GEMMs).
-// tc: tensor map of the output C for the TMA-store epilogue (EPI_STORE, EPI_STORE_F32): [1][rows][n_dim] for
+// tc: tensor map of the output C for the TMA-store epilogue (EPI_STORE): [1][rows][n_dim] for
 // row GEMMs, [E][m_dim][n_dim] for weight gradients; GEMM1: H, [1][rows][2I]; td: GEMM1's A, [1][rows][I];
 // boxes of 64 rows x 128 bytes.
 template <int EPI, int KIND>
@@ -666,9 +641,6 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         WsGatherA gather;
         WsWgrad wgrad;
         const int* gidx = (KIND == 2) ? (p.a_idx ? p.a_idx : p.b_idx) : nullptr;
-#if WS_DYNAMIC
-        int ahead = 0;  // (WS_DYN_AHEAD, thread 0) the tile claimed during the previous iteration
-#endif
         for (int j = 0;; ++j) {
             int t = first + j * stride;
 #if WS_DYNAMIC
@@ -676,13 +648,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 const unsigned q = j % WS_TQ;
                 if (tid == 0) {
                     mbar_wait(tempty0 + 8 * q, ((j / WS_TQ) & 1) ^ 1);  // the consumers have read slot q's last tile
-                    int next;
-                    if (WS_DYN_AHEAD) {
-                        next = j == 0 ? first : ahead;
-                        ahead = stride + atomicAdd(p.tile_ctr, 1);  // this block's next tile, used next iteration
-                    } else {
-                        next = j == 0 ? first : stride + atomicAdd(p.tile_ctr, 1);
-                    }
+                    // (claiming the next tile one tile earlier, so that the atomic's round trip overlaps a
+                    // tile's loads, measured no faster: session 15, BENCHMARKS.md)
+                    const int next = j == 0 ? first : stride + atomicAdd(p.tile_ctr, 1);
                     *(volatile int*)&stile[q] = next < count ? next : count;
                     mbar_arrive(tfull0 + 8 * q);
                 }
@@ -848,14 +816,14 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             c_main += c_epi0 - c_tile;
             ++n_tiles_done;
 #endif
-            constexpr bool TMA_OUT = EPI == EPI_STORE || EPI == EPI_STORE_F32;
+            constexpr bool TMA_OUT = EPI == EPI_STORE;
             const int row0 = w.m0 + 64 * wg;  // this warpgroup's first row
             if (TMA_OUT && KIND == 2) {
                 // the map's row bound is the expert's m_dim: a warpgroup past it has nothing to store
-                if (row0 < p.m_dim) ws_store_tma<EPI == EPI_STORE_F32>(d, out, tc, w.n0, row0, w.e, wq, lane);
+                if (row0 < p.m_dim) ws_store_tma(d, out, tc, w.n0, row0, w.e, wq, lane);
             } else if (TMA_OUT && row0 + 64 <= w.m_end) {
                 // rows past m_end belong to the next expert's tile: only whole 64-row groups go by TMA
-                ws_store_tma<EPI == EPI_STORE_F32>(d, out, tc, w.n0, row0, 0, wq, lane);
+                ws_store_tma(d, out, tc, w.n0, row0, 0, wq, lane);
             } else if (EPI == EPI_SWIGLU_FWD_SPLIT && WS_GEMM1_TMA && p.inter % 128 == 0 && row0 + 64 <= w.m_end) {
                 ws_store_swiglu_tma(p, d, out, tc, td, w.n0 >> 1, row0, wq, lane);
             } else if (KIND == 2) {
@@ -898,7 +866,7 @@ struct __align__(64) TmaDesc {
 
 // Launched with gridDim.x = min(SMs, tiles), WS_THREADS threads and WS_SMEM bytes of dynamic shared memory
 // (WG_SMEM plus the consumers' staging buffers), with the tensor maps of A (used when p.a_idx is null), B (row
-// GEMMs; weight gradients: when p.b_idx is null) and the outputs C (EPI_STORE and EPI_STORE_F32 kernels; GEMM1:
+// GEMMs; weight gradients: when p.b_idx is null) and the outputs C (EPI_STORE kernels; GEMM1:
 // H) and D (GEMM1: A).
 // ws_wgrad takes the expert count in p.k_dim (its k ranges come from p.offsets).
 #define WS_PARAMS const FastGemmParams p, const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb, const __grid_constant__ TmaDesc tc, \
@@ -906,5 +874,5 @@ struct __align__(64) TmaDesc {
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_gemm1_swiglu(WS_PARAMS) { WS_BODY(EPI_SWIGLU_FWD_SPLIT, 0) }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows(WS_PARAMS) { WS_BODY(EPI_STORE, 0) }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows_bmn(WS_PARAMS) { WS_BODY(EPI_STORE, 1) }
-extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows_bmn_f32(WS_PARAMS) { WS_BODY(EPI_STORE_F32, 1) }
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_dgrad_bmn(WS_PARAMS) { WS_BODY(EPI_SWIGLU_BWD, 1) }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_wgrad(WS_PARAMS) { WS_BODY(EPI_STORE, 2) }
