@@ -31,4 +31,9 @@ if [ $SECONDS -lt 520 ]; then
 fi
 AB_UNTIL=540 ab qwen3-235b-a22b 6 235-noprefetch "MOE_FAST_DEFINES=WS_BWD_PREFETCH=0"
 AB_UNTIL=540 ab qwen3-235b-a22b 6 235-dgrad-dyn "MOE_FAST_DYNAMIC=ws_gemm1_swiglu,ws_rows,ws_rows_bmn,ws_dgrad_bmn"
+for t in layer_api gpu_layer; do
+  [ $SECONDS -gt 560 ] && break
+  REQUIRE_GPU=1 timeout 40 .gpu/bin/$t --test-threads=1 > $OUT/$t.log 2>&1
+  echo "== $t rc $? at ${SECONDS}s"; grep -E "test result|panicked" $OUT/$t.log | head -3
+done
 echo total ${SECONDS}s
