@@ -844,6 +844,8 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 ws_store_swiglu_tma(p, d, out, tc, td, w.n0 >> 1, row0, wq, lane);
             } else if (KIND == 2) {
                 wg_epilogue_wgrad(p, d, w.e, w.m0, w.n0, r_in, c_in);
+            } else if (EPI == EPI_SWIGLU_BWD) {  // (its staging buffer is free: this kernel makes no TMA stores)
+                wg_swiglu_bwd_staged(p, d, out.st, row0, w.m_end, w.n0, wq, lane, w.n_tile, w.n_tiles, 2 + wg);
             } else {
                 wg_epilogue_rows<EPI>(p, d, w.m0, w.m_end, w.n0, r_in, c_in, lane, w.n_tile, w.n_tiles);
             }
