@@ -580,21 +580,6 @@ struct WsWgrad {
     }
 };
 
-// The SwiGLU backward epilogue (EPI_SWIGLU_BWD) reads H's gate and up columns n0..n0 + 256 of the tile's rows,
-// 128 KiB that would come from HBM one dependent batch at a time: each consumer thread asks for one 512-byte
-// row segment of its warpgroup's 64 rows into L2 (cp.async.bulk.prefetch) when the tile starts, so that they
-// arrive during the main loop. WS_BWD_PREFETCH=0 leaves it out (for an A/B).
-#ifndef WS_BWD_PREFETCH
-#define WS_BWD_PREFETCH 1
-#endif
-__device__ __forceinline__ void ws_prefetch_h(const FastGemmParams& p, const WsTile& w, int wg, int t) {
-    const int r = w.m0 + 64 * wg + (t >> 1), cols = min(WG_BN, p.inter - w.n0);
-    if (r < w.m_end && cols > 0) {
-        const bf16_t* src = p.h + (long long)r * 2 * p.inter + (t & 1) * p.inter + w.n0;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(2 * cols) : "memory");
-    }
-}
-
 // KIND: 0 row GEMMs with B K-major, 1 row GEMMs with B as stored (MN-major), 2 weight gradients.
 // ta / tb: tensor maps of A (row GEMMs with a_idx null) and B (row GEMMs).
 // tc: tensor map of the output C for the TMA-store epilogue (EPI_STORE): [1][rows][n_dim] for
@@ -781,7 +766,6 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             // (clusters) a row tile with no rows: the padding of an expert's odd tile count, or past m_dim. Its
             // block still takes part in the loads and the releases of every stage, and stores nothing.
             const bool idle = WS_CLUSTER > 1 && w.m0 >= ((KIND == 2) ? p.m_dim : w.m_end);
-            if (EPI == EPI_SWIGLU_BWD && WS_BWD_PREFETCH) ws_prefetch_h(p, w, wg, tid & 127);
             float d[128];
 #pragma unroll
             for (int i = 0; i < 128; ++i) d[i] = 0.0f;
