@@ -218,12 +218,12 @@ __device__ __forceinline__ void wg_epilogue_rows(const FastGemmParams& p, float*
 // shared memory of the warpgroup's own, in 4 chunks of 64 columns: the threads write their accumulators there
 // (f32, rows of 256 bytes with 16-byte chunk c at c ^ (row % 16): conflict-free both ways), then each thread
 // takes 8 contiguous columns of 4 rows (row t / 8 + 16 i, columns 8 (t % 8)), reads H's gate and up there by
-// 16-byte loads, computes A as the forward did, dA = w·dA_raw, dH and A' = w·A (swiglu_fb), stores them by 16-byte
-// stores, and extends the row's partial <dA_raw, A>: the 8 columns in order, then the 8 threads of the row by a
-// fixed butterfly, then the chunks in order; the tile's partial goes to ds_part[r][n_tile]. Compact code on
-// purpose: unrolled over the accumulators, the direct version was 43,500 instructions (session 15: 2.97 ms
-// against 0.69 + 0.48 for dA_raw and the row-wise kernel, instruction-cache bound). `bar`: the warpgroup's
-// named barrier (128 threads).
+// 16-byte loads (the next row's while this one computes), computes A as the forward did, dA = w·dA_raw, dH and
+// A' = w·A (swiglu_fb), stores them by 16-byte stores, and extends the row's partial <dA_raw, A>: the 8
+// columns in order, then the 8 threads of the row by a fixed butterfly, then the chunks in order; the tile's
+// partial goes to ds_part[r][n_tile]. Compact code on purpose: unrolled over the accumulators, the direct
+// version was 43,500 instructions (session 15: 2.97 ms against 0.69 + 0.48 for dA_raw and the row-wise kernel,
+// instruction-cache bound). `bar`: the warpgroup's named barrier (128 threads).
 __device__ __forceinline__ void wg_swiglu_bwd_staged(const FastGemmParams& p, const float* d, unsigned stage, int row0, int m_end, int n0, int wq, int lane,
                                                      int n_tile, int n_tiles, int bar) {
     const int t = wq * 32 + lane, cc = t & 7, rb = t >> 3;
@@ -244,17 +244,28 @@ __device__ __forceinline__ void wg_swiglu_bwd_staged(const FastGemmParams& p, co
         }
         asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
         const int q = n0 + 64 * cb + 8 * cc;  // this thread's first column (I is a multiple of 8)
+        // H's gate and up of the next row are loaded while this row computes (one exposed round trip per chunk)
+        uint4 gn = make_uint4(0u, 0u, 0u, 0u), un = gn;
+        if (row0 + rb < m_end && q < p.inter) {
+            const bf16_t* hrow = p.h + (long long)(row0 + rb) * 2 * p.inter;
+            gn = __ldg((const uint4*)(hrow + q));
+            un = __ldg((const uint4*)(hrow + p.inter + q));
+        }
 #pragma unroll 1
         for (int i = 0; i < 4; ++i) {
             const int rl = rb + 16 * i, r = row0 + rl;
+            const uint4 gp = gn, up = un;
+            if (i < 3 && r + 16 < m_end && q < p.inter) {
+                const bf16_t* hrow = p.h + (long long)(r + 16) * 2 * p.inter;
+                gn = __ldg((const uint4*)(hrow + q));
+                un = __ldg((const uint4*)(hrow + p.inter + q));
+            }
             float part = 0.0f;
             if (r < m_end && q < p.inter) {
                 float dv[8];
                 asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(dv[0]), "=f"(dv[1]), "=f"(dv[2]), "=f"(dv[3]) : "r"(stage + rl * 256 + (((2 * cc) ^ rl) & 15) * 16));
                 asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(dv[4]), "=f"(dv[5]), "=f"(dv[6]), "=f"(dv[7]) : "r"(stage + rl * 256 + (((2 * cc + 1) ^ rl) & 15) * 16));
                 const float w = p.row_w[r];
-                const bf16_t* hrow = p.h + (long long)r * 2 * p.inter;
-                const uint4 gp = __ldg((const uint4*)(hrow + q)), up = __ldg((const uint4*)(hrow + p.inter + q));
                 const unsigned gw[4] = {gp.x, gp.y, gp.z, gp.w}, uw[4] = {up.x, up.y, up.z, up.w};
                 unsigned dg[4], du[4], ap[4];
 #pragma unroll
