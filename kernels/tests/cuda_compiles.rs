@@ -52,7 +52,7 @@ fn fast_kernels_compile_for_sm90a_without_spills_or_serialised_wgmma() {
         };
         assert!(!text.contains("C7520"), "{defines:?}: ptxas serialised wgmma instructions:\n{text}");
         // every persistent GEMM was compiled and reported
-        for k in ["ws_gemm1_swiglu", "ws_rows", "ws_rows_bmn", "ws_dgrad_bmn", "ws_wgrad"] {
+        for k in ["ws_gemm1_swiglu", "ws_rows", "ws_rows_bmn", "ws_rows_bmn_f32", "ws_wgrad"] {
             assert!(text.lines().any(|l| l.starts_with(&format!("{k} ")) && l.contains("registers")), "{defines:?}: no ptxas report for {k}:\n{text}");
         }
         for line in text.lines().filter(|l| l.contains("spill stores")) {

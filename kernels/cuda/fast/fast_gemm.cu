@@ -28,7 +28,7 @@
 
 // EPI_SWIGLU_FWD_SPLIT: GEMM1's SwiGLU with the B tile as [128 gate rows; 128 up rows] (the TMA-fed persistent
 // kernels) instead of gate and up interleaved in groups of 8 lines.
-enum { EPI_STORE = 0, EPI_SWIGLU_FWD = 1, EPI_SWIGLU_BWD = 2, EPI_SWIGLU_FWD_SPLIT = 4 };
+enum { EPI_STORE = 0, EPI_SWIGLU_FWD = 1, EPI_SWIGLU_BWD = 2, EPI_STORE_F32 = 3, EPI_SWIGLU_FWD_SPLIT = 4 };
 
 // Everything a launch needs; passed by value. Pointers are device addresses.
 struct FastGemmParams {
@@ -89,10 +89,6 @@ template <int CHUNKS>
 __device__ __forceinline__ int swz(int line, int chunk) {
     return line * (CHUNKS * 8) + ((chunk ^ (line & 7)) << 3);
 }
-
-// The low and high halves of a bf16 pair as floats.
-__device__ __forceinline__ float bf16_lo(unsigned v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float bf16_hi(unsigned v) { return __uint_as_float(v & 0xffff0000u); }
 
 // SwiGLU in f32 on bf16-valued inputs; the same code in forward and backward, so the backward's recomputed
 // A is bit-identical to the stored forward A. The forward (swiglu_f_div) and the combined forward and

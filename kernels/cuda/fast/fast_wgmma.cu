@@ -178,6 +178,18 @@ __device__ __forceinline__ void wg_epilogue_rows(const FastGemmParams& p, float*
                 }
             }
         }
+    } else if (EPI == EPI_STORE_F32) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            int m = m0 + r_in + hf * 8;
+            if (m >= m_end) continue;
+            float* crow = (float*)p.c + (long long)m * p.ldc;
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                int n = n0 + j * 8 + c_in;
+                if (n < p.n_dim) *(float2*)(crow + n) = make_float2(d[4 * j + 2 * hf], d[4 * j + 2 * hf + 1]);
+            }
+        }
     } else if (EPI == EPI_SWIGLU_FWD || EPI == EPI_SWIGLU_FWD_SPLIT) {
         // gate and up accumulators of intermediate index q: blocks 2jp and 2jp + 1 (interleaved B tile) or
         // jp and jp + 16 (split B tile)
@@ -210,97 +222,56 @@ __device__ __forceinline__ void wg_epilogue_rows(const FastGemmParams& p, float*
                 }
             }
         }
-    }
-}
-
-// The SwiGLU backward epilogue (EPI_SWIGLU_BWD) of one warpgroup: its accumulators d = dA_raw (unweighted) of rows
-// row0..row0 + 64 (those before m_end are live) and columns n0..n0 + 256 of I. It goes through `stage`, 16 KiB of
-// shared memory of the warpgroup's own, in 4 chunks of 64 columns: the threads write their accumulators there
-// (f32, rows of 256 bytes with 16-byte chunk c at c ^ (row % 16): conflict-free both ways), then each thread
-// takes 8 contiguous columns of 4 rows (row t / 8 + 16 i, columns 8 (t % 8)), reads H's gate and up there by
-// 16-byte loads (the next row's while this one computes), computes A as the forward did, dA = w·dA_raw, dH and
-// A' = w·A (swiglu_fb), stores them by 16-byte stores, and extends the row's partial <dA_raw, A>: the 8
-// columns in order, then the 8 threads of the row by a fixed butterfly, then the chunks in order; the tile's
-// partial goes to ds_part[r][n_tile]. Compact code on purpose: unrolled over the accumulators, the direct
-// version was 43,500 instructions (session 15: 2.97 ms against 0.69 + 0.48 for dA_raw and the row-wise kernel,
-// instruction-cache bound). `bar`: the warpgroup's named barrier (128 threads).
-__device__ __forceinline__ void wg_swiglu_bwd_staged(const FastGemmParams& p, const float* d, unsigned stage, int row0, int m_end, int n0, int wq, int lane,
-                                                     int n_tile, int n_tiles, int bar) {
-    const int t = wq * 32 + lane, cc = t & 7, rb = t >> 3;
-    float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;  // rows rb + 16 i (registers: i is not unrolled)
-#pragma unroll
-    for (int cb = 0; cb < 4; ++cb) {
-        asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");  // the previous chunk has been read
+    } else {  // EPI_SWIGLU_BWD: d = dA_raw (unweighted), N = I; a warp holds whole rows of the tile
+        // H is read in batches of 8 column pairs loaded together (one memory round trip per batch instead of
+        // one per pair); I is a multiple of 8 and q is even, so a pair never straddles the end of a row.
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-            const int r = wq * 16 + (lane >> 2) + 8 * hf;
+            int r = m0 + r_in + hf * 8;
+            bool live = r < m_end;
+            float rowdot = 0.0f;
+            float w = live ? p.row_w[r] : 0.0f;
+            const bf16_t* hrow = p.h + (long long)(live ? r : 0) * 2 * p.inter;
+            bf16_t* dhrow = p.c + (long long)r * 2 * p.inter;
+            bf16_t* aprow = p.c2 + (long long)r * p.inter;
 #pragma unroll
-            for (int jj = 0; jj < 8; ++jj) {
-                const int col = 8 * jj + 2 * (lane & 3);  // within the chunk
-                const unsigned a = stage + r * 256 + ((((col >> 2) ^ r) & 15) << 4) + (col & 3) * 4;
-                const float* v = d + 4 * (8 * cb + jj) + 2 * hf;
-                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(v[0]), "f"(v[1]) : "memory");
-            }
-        }
-        asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");
-        const int q = n0 + 64 * cb + 8 * cc;  // this thread's first column (I is a multiple of 8)
-        // H's gate and up of the next row are loaded while this row computes (one exposed round trip per chunk)
-        uint4 gn = make_uint4(0u, 0u, 0u, 0u), un = gn;
-        if (row0 + rb < m_end && q < p.inter) {
-            const bf16_t* hrow = p.h + (long long)(row0 + rb) * 2 * p.inter;
-            gn = __ldg((const uint4*)(hrow + q));
-            un = __ldg((const uint4*)(hrow + p.inter + q));
-        }
-#pragma unroll 1
-        for (int i = 0; i < 4; ++i) {
-            const int rl = rb + 16 * i, r = row0 + rl;
-            const uint4 gp = gn, up = un;
-            if (i < 3 && r + 16 < m_end && q < p.inter) {
-                const bf16_t* hrow = p.h + (long long)(r + 16) * 2 * p.inter;
-                gn = __ldg((const uint4*)(hrow + q));
-                un = __ldg((const uint4*)(hrow + p.inter + q));
-            }
-            float part = 0.0f;
-            if (r < m_end && q < p.inter) {
-                float dv[8];
-                asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(dv[0]), "=f"(dv[1]), "=f"(dv[2]), "=f"(dv[3]) : "r"(stage + rl * 256 + (((2 * cc) ^ rl) & 15) * 16));
-                asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(dv[4]), "=f"(dv[5]), "=f"(dv[6]), "=f"(dv[7]) : "r"(stage + rl * 256 + (((2 * cc + 1) ^ rl) & 15) * 16));
-                const float w = p.row_w[r];
-                const unsigned gw[4] = {gp.x, gp.y, gp.z, gp.w}, uw[4] = {up.x, up.y, up.z, up.w};
-                unsigned dg[4], du[4], ap[4];
+            for (int cj = 0; cj < 4; ++cj) {
+                unsigned gp[8], up[8];
 #pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    dg[k] = du[k] = ap[k] = 0;
+                for (int jj = 0; jj < 8; ++jj) {
+                    int q = n0 + (cj * 8 + jj) * 8 + c_in;
+                    bool ok = live && q < p.inter;
+                    gp[jj] = ok ? __ldg((const unsigned*)(hrow + q)) : 0u;
+                    up[jj] = ok ? __ldg((const unsigned*)(hrow + p.inter + q)) : 0u;
+                }
+#pragma unroll
+                for (int jj = 0; jj < 8; ++jj) {
+                    int j = cj * 8 + jj;
+                    int q = n0 + j * 8 + c_in;
+                    if (!live || q >= p.inter) continue;
+                    bf16_t dg[2], du[2], ap[2];
 #pragma unroll
                     for (int c = 0; c < 2; ++c) {
-                        float af, gg, uu;
-                        swiglu_fb(c ? bf16_hi(gw[k]) : bf16_lo(gw[k]), c ? bf16_hi(uw[k]) : bf16_lo(uw[k]), w * dv[2 * k + c], p.alpha, p.clamp_limit, af, gg, uu);
-                        const float ab = bf16_to_f32(f32_to_bf16(af));  // A as the forward stored it
-                        part = fmaf(dv[2 * k + c], ab, part);
-                        dg[k] |= (unsigned)f32_to_bf16(gg) << (16 * c);
-                        du[k] |= (unsigned)f32_to_bf16(uu) << (16 * c);
-                        ap[k] |= (unsigned)f32_to_bf16(w * ab) << (16 * c);
+                        float g = bf16_to_f32((bf16_t)(c ? gp[jj] >> 16 : gp[jj] & 0xffffu));
+                        float u = bf16_to_f32((bf16_t)(c ? up[jj] >> 16 : up[jj] & 0xffffu));
+                        float a = bf16_to_f32(f32_to_bf16(swiglu_f(g, u, p.alpha, p.clamp_limit)));
+                        float dv = d[4 * j + 2 * hf + c];
+                        rowdot = fmaf(dv, a, rowdot);
+                        float gg, uu;
+                        swiglu_b(g, u, w * dv, p.alpha, p.clamp_limit, gg, uu);
+                        dg[c] = f32_to_bf16(gg);
+                        du[c] = f32_to_bf16(uu);
+                        ap[c] = f32_to_bf16(w * a);
                     }
+                    *(unsigned*)(dhrow + q) = (unsigned)dg[0] | ((unsigned)dg[1] << 16);
+                    *(unsigned*)(dhrow + p.inter + q) = (unsigned)du[0] | ((unsigned)du[1] << 16);
+                    *(unsigned*)(aprow + q) = (unsigned)ap[0] | ((unsigned)ap[1] << 16);
                 }
-                bf16_t* dhrow = p.c + (long long)r * 2 * p.inter;
-                *(uint4*)(dhrow + q) = make_uint4(dg[0], dg[1], dg[2], dg[3]);
-                *(uint4*)(dhrow + p.inter + q) = make_uint4(du[0], du[1], du[2], du[3]);
-                *(uint4*)(p.c2 + (long long)r * p.inter + q) = make_uint4(ap[0], ap[1], ap[2], ap[3]);
             }
-            // the row's 8 threads are 8 consecutive lanes
-            part += __shfl_xor_sync(0xffffffffu, part, 1);
-            part += __shfl_xor_sync(0xffffffffu, part, 2);
-            part += __shfl_xor_sync(0xffffffffu, part, 4);
-            if (i == 0) acc0 += part;
-            else if (i == 1) acc1 += part;
-            else if (i == 2) acc2 += part;
-            else acc3 += part;
+            rowdot += __shfl_xor_sync(0xffffffffu, rowdot, 1);
+            rowdot += __shfl_xor_sync(0xffffffffu, rowdot, 2);
+            if (live && (lane & 3) == 0) p.ds_part[(long long)r * n_tiles + n_tile] = rowdot;
         }
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int r = row0 + rb + 16 * i;
-        if (cc == 0 && r < m_end) p.ds_part[(long long)r * n_tiles + n_tile] = i == 0 ? acc0 : i == 1 ? acc1 : i == 2 ? acc2 : acc3;
     }
 }
 
@@ -403,12 +374,7 @@ __device__ __forceinline__ void wg_gemm(const FastGemmParams& p) {
         wg_load_rows<EPI, B_MN>(p, sA, sB, b_base, m0, m_end, n0, kt * WG_BK, tid);
     });
     const int r_in = wg * 64 + wq * 16 + (lane >> 2), c_in = (lane & 3) * 2;
-    if (EPI == EPI_SWIGLU_BWD) {
-        __syncthreads();  // both warpgroups' wgmma are done with the stages, which now hold the staged chunks
-        wg_swiglu_bwd_staged(p, d, wg_smem_base() + wg * 16384, m0 + 64 * wg, m_end, n0, wq, lane, blockIdx.x, gridDim.x, 2 + wg);
-    } else {
-        wg_epilogue_rows<EPI>(p, d, m0, m_end, n0, r_in, c_in, lane, blockIdx.x, gridDim.x);
-    }
+    wg_epilogue_rows<EPI>(p, d, m0, m_end, n0, r_in, c_in, lane, blockIdx.x, gridDim.x);
 }
 // Weight gradients on wgmma: dW_e[m, n] = Σ_{r of e} A[srcA(r), m] · B[srcB(r), n] over the expert's rows, both
 // operands MN-major (read as stored: rows of dH, gathered rows of X or dY, rows of A'), grid.z = expert, any
@@ -437,9 +403,57 @@ extern "C" __global__ void __launch_bounds__(256, 1) wg_gemm1_swiglu(const FastG
 extern "C" __global__ void __launch_bounds__(256, 1) wg_rows(const FastGemmParams p) { WG_BODY(EPI_STORE) }
 extern "C" __global__ void __launch_bounds__(256, 1) wg_dgrad_swiglu(const FastGemmParams p) { WG_BODY(EPI_SWIGLU_BWD) }
 extern "C" __global__ void __launch_bounds__(256, 1) wg_wgrad(const FastGemmParams p) { WG_WGRAD_BODY }
-// weights read as stored (N-contiguous B): dX rows, and dA = dY·W2ᵀ with the SwiGLU backward in its epilogue
+// weights read as stored (N-contiguous B): dX rows (bf16) and dA_raw (f32, for fc_swiglu_bwd_rows)
 extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn(const FastGemmParams p) { WG_BODY_BMN(EPI_STORE) }
-extern "C" __global__ void __launch_bounds__(256, 1) wg_dgrad_bmn(const FastGemmParams p) { WG_BODY_BMN(EPI_SWIGLU_BWD) }
+extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn_f32(const FastGemmParams p) { WG_BODY_BMN(EPI_STORE_F32) }
+
+// SwiGLU backward on whole rows, one warp per row, from dA_raw = dY[token]·W2 (f32, unweighted): dA = w·dA_raw,
+// A recomputed from H exactly as the forward did, dH and A' = w·A stored in bf16, and the routing-weight
+// gradient's row sum <dA_raw, A> into ds_row[r]: each lane sums its 8-column chunks (columns 8 lane + 256 i)
+// in column order, then a fixed butterfly across the lanes. 16-byte loads and stores (I is a multiple of 8).
+extern "C" __global__ void fc_swiglu_bwd_rows(const float* __restrict__ da_raw, const bf16_t* __restrict__ h,
+                                              const float* __restrict__ row_w, bf16_t* __restrict__ dh,
+                                              bf16_t* __restrict__ aw, float* __restrict__ ds_row, int rows,
+                                              int inter, float alpha, float clamp_limit) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    float w = row_w[r];
+    const float* drow = da_raw + (long long)r * inter;
+    const bf16_t* hrow = h + (long long)r * 2 * inter;
+    bf16_t* dhrow = dh + (long long)r * 2 * inter;
+    bf16_t* arow = aw + (long long)r * inter;
+    float rowdot = 0.0f;
+#pragma unroll 2
+    for (int q = 8 * lane; q < inter; q += 256) {
+        const float4 d0 = __ldcs((const float4*)(drow + q)), d1 = __ldcs((const float4*)(drow + q + 4));
+        const uint4 gp = *(const uint4*)(hrow + q), up = *(const uint4*)(hrow + inter + q);
+        const float dv[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
+        const unsigned gw[4] = {gp.x, gp.y, gp.z, gp.w}, uw[4] = {up.x, up.y, up.z, up.w};
+        unsigned dg[4], du[4], ap[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            dg[i] = du[i] = ap[i] = 0;
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                float g = bf16_to_f32((bf16_t)(c ? gw[i] >> 16 : gw[i] & 0xffffu));
+                float u = bf16_to_f32((bf16_t)(c ? uw[i] >> 16 : uw[i] & 0xffffu));
+                float d = dv[2 * i + c], af, gg, uu;
+                swiglu_fb(g, u, w * d, alpha, clamp_limit, af, gg, uu);  // one exponential for A and its gradient
+                float a = bf16_to_f32(f32_to_bf16(af));
+                rowdot = fmaf(d, a, rowdot);
+                dg[i] |= (unsigned)f32_to_bf16(gg) << (16 * c);
+                du[i] |= (unsigned)f32_to_bf16(uu) << (16 * c);
+                ap[i] |= (unsigned)f32_to_bf16(w * a) << (16 * c);
+            }
+        }
+        *(uint4*)(dhrow + q) = make_uint4(dg[0], dg[1], dg[2], dg[3]);
+        *(uint4*)(dhrow + inter + q) = make_uint4(du[0], du[1], du[2], du[3]);
+        *(uint4*)(arow + q) = make_uint4(ap[0], ap[1], ap[2], ap[3]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) rowdot += __shfl_xor_sync(0xffffffffu, rowdot, o);
+    if (lane == 0) ds_row[r] = rowdot;
+}
 
 // out[e][c][r] = in[e][r][c] for a batch of [rows][cols] bf16 matrices (rows, cols even), through a 64 x 64
 // tile in shared memory: each thread reads and writes bf16 pairs, so a warp moves 128 contiguous bytes.

@@ -388,6 +388,8 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
+__device__ __forceinline__ float bf16_lo(unsigned v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned v) { return __uint_as_float(v & 0xffff0000u); }
 
 // One warp's 16 rows x 16 columns of bf16 pairs into a box slot by one stmatrix: r[0..3] are this lane's pairs
 // of (row lane/4, column group 2 jp), (row + 8, group 2 jp), (row, group 2 jp + 1), (row + 8, group 2 jp + 1)
@@ -400,22 +402,38 @@ __device__ __forceinline__ void stsm_box(unsigned slot, int wq, int lane, int jp
                  : "memory");
 }
 
-// EPI_STORE: a warpgroup's 64 rows in 4 boxes of 64 columns, by stmatrix (from row0 of expert z in the tensor
-// map tc, [z][rows][columns]; columns from n0). The accumulator layout: d[4j + 2hf + c] is row 16 wq + lane/4 +
-// 8 hf, column 8j + 2 (lane % 4) + c; the values are the ones the direct epilogue stores.
+// EPI_STORE (bf16: 4 boxes of 64 columns, by stmatrix) and EPI_STORE_F32 (8 boxes of 32): a warpgroup's 64 rows
+// (from row0 of expert z in the tensor map tc, [z][rows][columns]; columns from n0). The accumulator layout:
+// d[4j + 2hf + c] is row 16 wq + lane/4 + 8 hf, column 8j + 2 (lane % 4) + c; the values are the ones the direct
+// epilogue stores.
+template <bool F32>
 __device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const TmaDesc* tc, int n0, int row0, int z, int wq, int lane) {
+    constexpr int BOXES = F32 ? 8 : 4, J = 32 / BOXES, BOX = F32 ? 32 : 64;  // J column groups of 8 per box
 #pragma unroll
-    for (int bx = 0; bx < 4; ++bx) {
+    for (int bx = 0; bx < BOXES; ++bx) {
         out.box(
             [&](unsigned slot) {
+                if (F32) {
 #pragma unroll
-                for (int jp = 0; jp < 4; ++jp) {
-                    const float* q = d + 4 * (8 * bx + 2 * jp);
-                    const unsigned r[4] = {pack_bf16x2(q[0], q[1]), pack_bf16x2(q[2], q[3]), pack_bf16x2(q[4], q[5]), pack_bf16x2(q[6], q[7])};
-                    stsm_box(slot, wq, lane, jp, r);
+                    for (int jj = 0; jj < J; ++jj) {
+#pragma unroll
+                        for (int hf = 0; hf < 2; ++hf) {
+                            const int r = wq * 16 + (lane >> 2) + 8 * hf;
+                            const float v0 = d[4 * (J * bx + jj) + 2 * hf], v1 = d[4 * (J * bx + jj) + 2 * hf + 1];
+                            const unsigned a = slot + swz128(r, 32 * jj + 8 * (lane & 3));
+                            asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a), "r"(__float_as_uint(v0)), "r"(__float_as_uint(v1)) : "memory");
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int jp = 0; jp < J / 2; ++jp) {
+                        const float* q = d + 4 * (J * bx + 2 * jp);
+                        const unsigned r[4] = {pack_bf16x2(q[0], q[1]), pack_bf16x2(q[2], q[3]), pack_bf16x2(q[4], q[5]), pack_bf16x2(q[6], q[7])};
+                        stsm_box(slot, wq, lane, jp, r);
+                    }
                 }
             },
-            [&](unsigned slot) { tma_store_3d(tc, slot, n0 + 64 * bx, row0, z); });
+            [&](unsigned slot) { tma_store_3d(tc, slot, n0 + BOX * bx, row0, z); });
     }
 }
 
@@ -582,7 +600,7 @@ struct WsWgrad {
 
 // KIND: 0 row GEMMs with B K-major, 1 row GEMMs with B as stored (MN-major), 2 weight gradients.
 // ta / tb: tensor maps of A (row GEMMs with a_idx null) and B (row GEMMs).
-// tc: tensor map of the output C for the TMA-store epilogue (EPI_STORE): [1][rows][n_dim] for
+// tc: tensor map of the output C for the TMA-store epilogue (EPI_STORE, EPI_STORE_F32): [1][rows][n_dim] for
 // row GEMMs, [E][m_dim][n_dim] for weight gradients; GEMM1: H, [1][rows][2I]; td: GEMM1's A, [1][rows][I];
 // boxes of 64 rows x 128 bytes.
 template <int EPI, int KIND>
@@ -816,20 +834,18 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             c_main += c_epi0 - c_tile;
             ++n_tiles_done;
 #endif
-            constexpr bool TMA_OUT = EPI == EPI_STORE;
+            constexpr bool TMA_OUT = EPI == EPI_STORE || EPI == EPI_STORE_F32;
             const int row0 = w.m0 + 64 * wg;  // this warpgroup's first row
             if (TMA_OUT && KIND == 2) {
                 // the map's row bound is the expert's m_dim: a warpgroup past it has nothing to store
-                if (row0 < p.m_dim) ws_store_tma(d, out, tc, w.n0, row0, w.e, wq, lane);
+                if (row0 < p.m_dim) ws_store_tma<EPI == EPI_STORE_F32>(d, out, tc, w.n0, row0, w.e, wq, lane);
             } else if (TMA_OUT && row0 + 64 <= w.m_end) {
                 // rows past m_end belong to the next expert's tile: only whole 64-row groups go by TMA
-                ws_store_tma(d, out, tc, w.n0, row0, 0, wq, lane);
+                ws_store_tma<EPI == EPI_STORE_F32>(d, out, tc, w.n0, row0, 0, wq, lane);
             } else if (EPI == EPI_SWIGLU_FWD_SPLIT && WS_GEMM1_TMA && p.inter % 128 == 0 && row0 + 64 <= w.m_end) {
                 ws_store_swiglu_tma(p, d, out, tc, td, w.n0 >> 1, row0, wq, lane);
             } else if (KIND == 2) {
                 wg_epilogue_wgrad(p, d, w.e, w.m0, w.n0, r_in, c_in);
-            } else if (EPI == EPI_SWIGLU_BWD) {  // (its staging buffer is free: this kernel makes no TMA stores)
-                wg_swiglu_bwd_staged(p, d, out.st, row0, w.m_end, w.n0, wq, lane, w.n_tile, w.n_tiles, 2 + wg);
             } else {
                 wg_epilogue_rows<EPI>(p, d, w.m0, w.m_end, w.n0, r_in, c_in, lane, w.n_tile, w.n_tiles);
             }
@@ -868,7 +884,7 @@ struct __align__(64) TmaDesc {
 
 // Launched with gridDim.x = min(SMs, tiles), WS_THREADS threads and WS_SMEM bytes of dynamic shared memory
 // (WG_SMEM plus the consumers' staging buffers), with the tensor maps of A (used when p.a_idx is null), B (row
-// GEMMs; weight gradients: when p.b_idx is null) and the outputs C (EPI_STORE kernels; GEMM1:
+// GEMMs; weight gradients: when p.b_idx is null) and the outputs C (EPI_STORE and EPI_STORE_F32 kernels; GEMM1:
 // H) and D (GEMM1: A).
 // ws_wgrad takes the expert count in p.k_dim (its k ranges come from p.offsets).
 #define WS_PARAMS const FastGemmParams p, const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb, const __grid_constant__ TmaDesc tc, \
@@ -876,5 +892,5 @@ struct __align__(64) TmaDesc {
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_gemm1_swiglu(WS_PARAMS) { WS_BODY(EPI_SWIGLU_FWD_SPLIT, 0) }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows(WS_PARAMS) { WS_BODY(EPI_STORE, 0) }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows_bmn(WS_PARAMS) { WS_BODY(EPI_STORE, 1) }
-extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_dgrad_bmn(WS_PARAMS) { WS_BODY(EPI_SWIGLU_BWD, 1) }
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows_bmn_f32(WS_PARAMS) { WS_BODY(EPI_STORE_F32, 1) }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_wgrad(WS_PARAMS) { WS_BODY(EPI_STORE, 2) }

@@ -313,7 +313,7 @@ mod tests {
         let err = parse_clustered(1, Some("ws_wgrad,wgrad")).unwrap_err().to_string();
         assert!(err.contains("MOE_FAST_CLUSTERED: \"wgrad\" is not a persistent GEMM"), "{err}");
         assert_eq!(parse_gemms("MOE_FAST_DYNAMIC", None, DEFAULT_DYNAMIC).unwrap(), DEFAULT_DYNAMIC);
-        assert_eq!(parse_gemms("MOE_FAST_DYNAMIC", Some("ws_dgrad_bmn"), DEFAULT_DYNAMIC).unwrap(), ["ws_dgrad_bmn"]);
+        assert_eq!(parse_gemms("MOE_FAST_DYNAMIC", Some("ws_rows_bmn_f32"), DEFAULT_DYNAMIC).unwrap(), ["ws_rows_bmn_f32"]);
         let err = parse_gemms("MOE_FAST_DYNAMIC", Some("dX"), DEFAULT_DYNAMIC).unwrap_err().to_string();
         assert!(err.contains("MOE_FAST_DYNAMIC: \"dX\" is not a persistent GEMM"), "{err}");
     }

@@ -87,12 +87,18 @@ unsafe impl DeviceRepr for TmaDesc {}
 /// but the first) and box `boxd`: the box lands in shared memory as wgmma's 128-byte-swizzle layout, and
 /// reads past the tensor's bounds are zero-filled (stores past them are dropped).
 fn tma_desc(ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<TmaDesc, GpuError> {
+    tma_desc_of(false, ptr, dims, strides, boxd)
+}
+
+/// The same for an f32 tensor (`f32`) or a bf16 one.
+fn tma_desc_of(f32: bool, ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<TmaDesc, GpuError> {
     use cudarc::driver::sys::*;
     let rank = dims.len();
     if rank == 0 || rank > 3 || strides.len() + 1 != rank || boxd.len() != rank || dims.contains(&0) {
         return Err(GpuError::Input(format!("tensor map: dims {dims:?}, strides {strides:?}, box {boxd:?}")));
     }
-    let bytes: Vec<u64> = strides.iter().map(|s| s * 2).collect();
+    let elem = if f32 { 4 } else { 2 };
+    let bytes: Vec<u64> = strides.iter().map(|s| s * elem).collect();
     let ones = [1u32; 3];
     let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
     // SAFETY: the pointers are valid arrays of `rank` (dims, box, element strides) and `rank - 1` (strides)
@@ -100,7 +106,7 @@ fn tma_desc(ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<Tma
     let r = unsafe {
         cuTensorMapEncodeTiled(
             map.as_mut_ptr(),
-            CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            if f32 { CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32 } else { CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 },
             rank as u32,
             ptr as *mut std::ffi::c_void,
             dims.as_ptr(),
@@ -124,7 +130,7 @@ fn tma_desc(ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<Tma
 }
 
 /// An engine of the fast layer: (row GEMMs on wgmma, weight gradients on wgmma, weights read as stored with
-/// the SwiGLU backward in dA's epilogue, those GEMMs as persistent warp-specialised kernels); see `set_engine`.
+/// the row-wise SwiGLU backward, those GEMMs as persistent warp-specialised kernels); see `set_engine`.
 pub type Engine = (bool, bool, bool, bool);
 
 /// The engines by name, slowest first: mma.sync everywhere (any GPU), then the sm_90a ones.
@@ -263,16 +269,18 @@ pub struct FastLayer<'g> {
     w13t: CudaSlice<u16>,
     wgmma: bool,
     wgrad_wgmma: bool,
-    /// wgmma data gradients reading the weights as stored (MN-major B), instead of transposed copies
+    /// wgmma data gradients reading the weights as stored (MN-major B) and the SwiGLU backward as its own
+    /// row-wise kernel over dA_raw (f32), instead of transposed weights and the fused epilogue
     direct: bool,
     /// the default engine's GEMMs as persistent warp-specialised kernels (fast_ws.cu)
     persistent: bool,
     /// persistent engine: the backward's gathered operands (dY's and X's rows) copied into expert order first
-    /// (into the dX-rows buffer, before dX writes it), so that dA and the weight gradients read them by TMA
+    /// (into the dX-rows buffer, before dX writes it), so that dA_raw and the weight gradients read them by TMA
     gather_first: bool,
     /// persistent engine: X's rows copied into expert order (into the o buffer, free until GEMM2) before GEMM1,
     /// so that GEMM1 reads A by TMA instead of gathering it by cp.async
     gemm1_gather_first: bool,
+    da_raw: CudaSlice<f32>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
 }
 
@@ -376,6 +384,7 @@ impl<'g> FastLayer<'g> {
             persistent: k.wgmma,
             gather_first: true,
             gemm1_gather_first: false,
+            da_raw: zeros(gpu, if k.wgmma { rows * id } else { 1 })?,
             profile: None,
         })
     }
@@ -460,8 +469,8 @@ impl<'g> FastLayer<'g> {
         self.gemm1_gather_first = on;
     }
 
-    /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies; Hopper
-    /// only).
+    /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies), and the
+    /// SwiGLU backward as a row-wise kernel after an f32 dA_raw GEMM (Hopper only).
     pub fn use_wgmma_direct(&mut self, on: bool) -> Result<(), GpuError> {
         if on {
             self.use_wgmma_wgrad(true)?;
@@ -499,16 +508,16 @@ impl<'g> FastLayer<'g> {
     pub fn engine(&self) -> &'static str {
         if self.persistent {
             return if self.gather_first {
-                "wgmma persistent warp-specialised (weights as stored, backward operands gathered first)"
+                "wgmma persistent warp-specialised (weights as stored, row-wise SwiGLU bwd, backward operands gathered first)"
             } else {
-                "wgmma persistent warp-specialised (weights as stored, backward operands gathered in the GEMMs)"
+                "wgmma persistent warp-specialised (weights as stored, row-wise SwiGLU bwd, backward operands gathered in the GEMMs)"
             };
         }
         match (self.wgmma, self.wgrad_wgmma, self.direct) {
             (false, _, _) => "mma.sync",
             (true, false, _) => "wgmma rows (transposed weights), mma.sync wgrad",
             (true, true, false) => "wgmma (transposed weights, fused dA epilogue)",
-            (true, true, true) => "wgmma (weights as stored)",
+            (true, true, true) => "wgmma (weights as stored, row-wise SwiGLU bwd)",
         }
     }
 
@@ -656,12 +665,13 @@ impl<'g> FastLayer<'g> {
             "ws_gemm1_swiglu" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 128, 1])?,
             // (clusters: each block loads half of the 256 rows, unless the experiment WS_EXP_CLUSTER_NO_MC)
             "ws_rows" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 256 / self.k.b_share(ws) as u32, 1])?,
-            "ws_rows_bmn" | "ws_dgrad_bmn" => tma_desc(p.b, &[n, k, e], &[p.ldb as u64, p.b_estride as u64], &[64, 64, 1])?,
+            "ws_rows_bmn" | "ws_rows_bmn_f32" => tma_desc(p.b, &[n, k, e], &[p.ldb as u64, p.b_estride as u64], &[64, 64, 1])?,
             _ => return Err(GpuError::Input(format!("no tensor maps for {ws}"))),
         };
         let rows = self.rows.max(1) as u64;
         let tc = match ws {
             "ws_rows" | "ws_rows_bmn" => tma_desc(p.c, &[n, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[64, 64, 1])?,
+            "ws_rows_bmn_f32" => tma_desc_of(true, p.c, &[n, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[32, 64, 1])?,
             "ws_gemm1_swiglu" => tma_desc(p.c, &[2 * p.inter as u64, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[64, 64, 1])?,
             _ => TmaDesc::default(),
         };
@@ -807,7 +817,9 @@ impl<'g> FastLayer<'g> {
     pub fn backward(&mut self) -> Result<(), GpuError> {
         let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
         let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
-        let n_tiles_i = if self.wgmma {
+        let n_tiles_i = if self.direct {
+            1
+        } else if self.wgmma {
             id.div_ceil(WG_TILE_N)
         } else {
             id.div_ceil(TILE_N)
@@ -822,7 +834,7 @@ impl<'g> FastLayer<'g> {
             self.transpose("transpose_w2", w2, w2t, hd, id)?;
             self.transpose("transpose_w13", w13, w13t, 2 * id, hd)?;
         }
-        // dY's rows in expert order in the dX-rows buffer (free until dX), for dA and grad_w2; then X's, for
+        // dY's rows in expert order in the dX-rows buffer (free until dX), for dA_raw and grad_w2; then X's, for
         // grad_w13
         let gather_first = self.persistent && self.gather_first && self.rows > 0;
         let (dy_rows, dy_idx) = if gather_first {
@@ -852,7 +864,25 @@ impl<'g> FastLayer<'g> {
         p.n_dim = id as i32;
         p.k_dim = hd as i32;
         if self.direct {
-            self.gemm("wg_dgrad_bmn", "dA+swiglu_bwd", (n_tiles_i, tiles, 1), p)?;
+            p.c = self.ptr(&self.da_raw);
+            p.ldc = id as i64;
+            self.gemm("wg_rows_bmn_f32", "dA_raw", (id.div_ceil(WG_TILE_N), tiles, 1), p)?;
+            if self.rows > 0 {
+                let (rows_i, ii) = (self.rows as i32, id as i32);
+                let (alpha, limit) = (self.alpha, self.limit);
+                let cfg = LaunchConfig { grid_dim: (self.rows.div_ceil(8) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+                self.launch("swiglu_bwd_rows", |me| {
+                    // SAFETY: fc_swiglu_bwd_rows(const float*, const bf16*, const float*, bf16*, bf16*, float*, int,
+                    // int, float, float); da_raw rows x I, h and dh rows x 2I, aw rows x I, ds_part >= rows.
+                    unsafe {
+                        me.gpu.stream.launch_builder(me.k.f("fc_swiglu_bwd_rows"))
+                            .arg(&me.da_raw).arg(&me.h).arg(&me.row_w).arg(&me.dh).arg(&me.aw).arg(&me.ds_part)
+                            .arg(&rows_i).arg(&ii).arg(&alpha).arg(&limit)
+                            .launch(cfg)?
+                    };
+                    Ok(())
+                })?;
+            }
         } else if self.wgmma {
             self.gemm("wg_dgrad_swiglu", "dA+swiglu_bwd", (n_tiles_i, tiles, 1), p)?;
         } else {
@@ -1030,7 +1060,7 @@ impl<'g> FastLayer<'g> {
         let b16 = |s: &CudaSlice<u16>| s.len() * 2;
         let b32 = |n: usize| n * 4;
         let work = b16(&self.h) + b16(&self.a) + b16(&self.o) + b16(&self.y) + b16(&self.dh) + b16(&self.aw) + b16(&self.dx_rows)
-            + b16(&self.w2t) + b16(&self.w13t)
+            + b16(&self.w2t) + b16(&self.w13t) + b32(self.da_raw.len())
             + b32(self.counts.len() + self.offsets.len() + self.tiles.len() + self.row_token.len() + self.row_slot.len() + self.row_w.len() + self.slot_row.len() + self.ds_part.len());
         let grads = b16(&self.grad_x) + b16(&self.grad_w13) + b16(&self.grad_w2) + b32(self.grad_tw.len());
         (work, grads)

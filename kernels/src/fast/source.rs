@@ -11,10 +11,10 @@ const FILES: &[(&str, &str)] = &[
 /// GEMM entry points (each takes one `FastGemmParams` by value and 96 KiB+ of dynamic shared memory).
 pub const GEMMS: &[&str] = &["fg_gemm1_swiglu", "fg_rows_nt", "fg_rows_nn", "fg_dgrad_swiglu", "fg_wgrad"];
 /// Hopper (sm_90a) wgmma GEMMs (each takes one `FastGemmParams` and `WG_SMEM` bytes of dynamic shared memory).
-pub const WG_GEMMS: &[&str] = &["wg_gemm1_swiglu", "wg_rows", "wg_dgrad_swiglu", "wg_wgrad", "wg_rows_bmn", "wg_dgrad_bmn"];
+pub const WG_GEMMS: &[&str] = &["wg_gemm1_swiglu", "wg_rows", "wg_dgrad_swiglu", "wg_wgrad", "wg_rows_bmn", "wg_rows_bmn_f32"];
 /// Persistent warp-specialised versions of the default engine's wgmma GEMMs (fast_ws.cu): one block of
 /// `WS_THREADS` threads per SM, `WS_SMEM` bytes of dynamic shared memory each.
-pub const WS_GEMMS: &[&str] = &["ws_gemm1_swiglu", "ws_rows", "ws_rows_bmn", "ws_dgrad_bmn", "ws_wgrad"];
+pub const WS_GEMMS: &[&str] = &["ws_gemm1_swiglu", "ws_rows", "ws_rows_bmn", "ws_rows_bmn_f32", "ws_wgrad"];
 /// Threads of a persistent GEMM block: one producer and two consumer warpgroups.
 pub const WS_THREADS: u32 = 384;
 /// Dynamic shared memory of the wgmma GEMMs: 4 stages of (128 + 256) x 64 bf16, plus 1 KiB to align to 1024.
@@ -23,7 +23,7 @@ pub const WG_SMEM: usize = 4 * (128 + 256) * 64 * 2 + 1024;
 /// with the kernels' ~1 KiB of static shared memory, inside the 227 KiB a block may have on sm_90).
 pub const WS_SMEM: usize = WG_SMEM + 2 * 16384;
 /// The other entry points.
-pub const OTHERS: &[&str] = &["fr_count", "fr_scan", "fr_fill", "fc_combine", "fc_slot_grad", "fc_fill_random", "fc_transpose", "fc_scatter_rows", "ws_clk_dump"];
+pub const OTHERS: &[&str] = &["fr_count", "fr_scan", "fr_fill", "fc_combine", "fc_slot_grad", "fc_fill_random", "fc_transpose", "fc_swiglu_bwd_rows", "fc_scatter_rows", "ws_clk_dump"];
 
 /// All fast kernels as one source, with the pipeline depth fixed at compile time.
 pub fn translation_unit(stages: usize) -> String {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Session 15, last call: the SwiGLU backward epilogue staged through shared memory (wg_swiglu_bwd_staged: 6,000
-# instructions instead of the direct version's 43,500, which s15b.sh measured at 2.97 ms for dA on 30b).
-# Stage first (bash kernels/tools/stage_gpu.sh; the previous binary as .gpu/old/moe-oracle).
+# For branch s15-fused-dA (not main): the SwiGLU backward epilogue staged through shared memory
+# (wg_swiglu_bwd_staged: 6,000 instructions instead of the direct version's 43,500, which s15b.sh measured at
+# 2.97 ms for dA on 30b). Prepared in session 15, not run (no device time left). `git checkout s15-fused-dA`,
+# stage (bash kernels/tools/stage_gpu.sh), device call with carry [".gpu"]. Compare dA+swiglu_bwd with main's
+# dA_raw + swiglu_bwd_rows (30b, H100: 0.691 + 0.478 ms in s15b).
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s15c}; mkdir -p $OUT
 B="--tokens 16384 --engines ws --reps 10"
