@@ -1,7 +1,9 @@
 //! The fast kernels' CUDA source compiles for sm_90a on a machine without a GPU (NVRTC to PTX, then ptxas:
 //! `kernels/tools/nvrtc_check.py`), in the default build, with clusters of two (`WS_CLUSTER=2`), without the
-//! dynamic tile scheduler (`WS_DYNAMIC=0`), with no register spills and no wgmma that ptxas serialises (note C7520: in session 9 a branch around the MMA cost the clustered
-//! GEMMs ~40% of their main-loop cycles, and nothing but ptxas's note showed it).
+//! dynamic tile scheduler (`WS_DYNAMIC=0`), with no register spills, no wgmma that ptxas serialises (note C7520:
+//! in session 9 a branch around the MMA cost the clustered GEMMs ~40% of their main-loop cycles, and nothing
+//! but ptxas's note showed it; C7515 for the persistent GEMMs), and no persistent GEMM larger than
+//! `MAX_INSTRUCTIONS` SASS instructions (session 15: instruction-cache bound at 43,504).
 //! Needs python3 and NVRTC + ptxas from pip, which `.ci/run` installs into `$MOE_CUDA_TOOLS` (default
 //! `~/.cache/moe-oracle-cuda`; `/tmp/cuda` is tried too); skips with a visible message without them, and fails
 //! instead with `REQUIRE_NVRTC=1`.
@@ -58,5 +60,22 @@ fn fast_kernels_compile_for_sm90a_without_spills_or_serialised_wgmma() {
         for line in text.lines().filter(|l| l.contains("spill stores")) {
             assert!(line.contains(" 0 bytes spill stores, 0 bytes spill loads"), "{defines:?}: register spills: {line}");
         }
+        // a persistent GEMM's wgmma serialised for any reason (C7515: non-wgmma code defining accumulators
+        // inside the pipeline)
+        for line in text.lines().filter(|l| l.contains("C7515")) {
+            assert!(!line.contains("'ws_"), "{defines:?}: ptxas serialised a persistent GEMM's wgmma: {line}");
+        }
+        // code size: session 15's fused dA epilogue, unrolled over the accumulators, was 43,504 instructions
+        // and ran 4x slower than the kernels it replaced; the largest persistent GEMM today is GEMM1 (~11,000)
+        for k in ["ws_gemm1_swiglu", "ws_rows", "ws_rows_bmn", "ws_rows_bmn_f32", "ws_wgrad"] {
+            let n: usize = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{k} ")).and_then(|r| r.trim().strip_prefix("code ")).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()))
+                .unwrap_or_else(|| panic!("{defines:?}: no code size for {k}:\n{text}"));
+            assert!(n <= MAX_INSTRUCTIONS, "{defines:?}: {k} is {n} SASS instructions (limit {MAX_INSTRUCTIONS}): its hot code may not fit the instruction cache");
+        }
     }
 }
+
+/// The most SASS instructions a persistent GEMM may have (see the test).
+const MAX_INSTRUCTIONS: usize = 16384;
