@@ -351,8 +351,11 @@ struct WsOut {
 #ifdef WS_EXP_CLOCKS
     long long c_issue = 0, c_sync = 0;  // cycles in the store issue / at the box's named barrier (leader)
 #endif
+    // by_threads (WS_PARTIAL_STAGED): `store` runs on every thread after the barrier (the copy-out of a partial
+    // box, ws_copy_box) and commits no bulk group; every thread has finished it before the next barrier, so
+    // the ring's reuse rule holds for such boxes too
     template <class Fill, class Store>
-    __device__ __forceinline__ void box(Fill fill, Store store) {
+    __device__ __forceinline__ void box(Fill fill, Store store, bool by_threads = false) {
         const unsigned slot = st + (n % WS_OUT_SLOTS) * 8192;
         fill(slot);
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the writes, visible to the TMA unit
@@ -367,7 +370,9 @@ struct WsOut {
         const long long c1 = clock64();
         c_sync += c1 - c0;
 #endif
-        if (leader) {
+        if (by_threads) {
+            store(slot);
+        } else if (leader) {
 #ifndef WS_EXP_NO_TMA_ISSUE  // experiment: everything but the global writes (results wrong)
             store(slot);
 #endif
@@ -402,12 +407,45 @@ __device__ __forceinline__ void stsm_box(unsigned slot, int wq, int lane, int jp
                  : "memory");
 }
 
+// WS_PARTIAL_STAGED=1 (experiment, off until measured): a warpgroup whose 64 rows run past the tile's m_end
+// (rows that belong to the next expert's tile), or GEMM1's boxes when I % 128 != 0, go through the same
+// staging boxes as the TMA stores and are copied out by the warpgroup's threads, only the rows before m_end
+// and the columns inside the output, by 16-byte stores, instead of the direct epilogue from registers
+// (wg_epilogue_rows: 4-byte stores, and ~4,000 of GEMM1's 11,016 SASS instructions). Same values: the boxes
+// hold what the direct epilogue stores.
+#ifndef WS_PARTIAL_STAGED
+#define WS_PARTIAL_STAGED 0
+#endif
+// Where a copied-out box goes: rows row0.. of `base` (ld elements apart), the first `rows` of them; columns
+// before col_end (a multiple of 8) exist.
+struct WsCopyOut {
+    bf16_t* base;
+    long long ld;
+    int rows, col_end;
+};
+// A box (64 rows x 128 bytes, 128-byte swizzle) from shared memory to global by the warpgroup's 128 threads:
+// thread t copies 16-byte chunk t % 8 of rows t / 8 + 16 i (a quarter warp reads one row's 8 chunks: no bank
+// conflicts).
+__device__ __forceinline__ void ws_copy_box(unsigned slot, const WsCopyOut& o, int row0, int col0, int t) {
+    const int ch = t & 7;
+    if (col0 + 8 * ch >= o.col_end) return;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int r = (t >> 3) + 16 * i;
+        if (r >= o.rows) break;
+        uint4 v;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(slot + swz128(r, 16 * ch)));
+        *(uint4*)(o.base + (long long)(row0 + r) * o.ld + col0 + 8 * ch) = v;
+    }
+}
+
 // EPI_STORE (bf16: 4 boxes of 64 columns, by stmatrix) and EPI_STORE_F32 (8 boxes of 32): a warpgroup's 64 rows
 // (from row0 of expert z in the tensor map tc, [z][rows][columns]; columns from n0). The accumulator layout:
 // d[4j + 2hf + c] is row 16 wq + lane/4 + 8 hf, column 8j + 2 (lane % 4) + c; the values are the ones the direct
 // epilogue stores.
+// With o.rows < 64 (WS_PARTIAL_STAGED; bf16 only) the boxes are copied out instead (ws_copy_box).
 template <bool F32>
-__device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const TmaDesc* tc, int n0, int row0, int z, int wq, int lane) {
+__device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const TmaDesc* tc, int n0, int row0, int z, int wq, int lane, const WsCopyOut& o) {
     constexpr int BOXES = F32 ? 8 : 4, J = 32 / BOXES, BOX = F32 ? 32 : 64;  // J column groups of 8 per box
 #pragma unroll
     for (int bx = 0; bx < BOXES; ++bx) {
@@ -433,7 +471,13 @@ __device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const T
                     }
                 }
             },
-            [&](unsigned slot) { tma_store_3d(tc, slot, n0 + BOX * bx, row0, z); });
+            [&](unsigned slot) {
+                if (!F32 && o.rows < 64)
+                    ws_copy_box(slot, o, row0, n0 + BOX * bx, wq * 32 + lane);
+                else
+                    tma_store_3d(tc, slot, n0 + BOX * bx, row0, z);
+            },
+            !F32 && o.rows < 64);
     }
 }
 
@@ -466,7 +510,10 @@ __device__ __forceinline__ bool ws_swiglu_box_in_range(const float* d, int bx, f
 // half of H): 6 boxes of 64 intermediate columns from q0 = n0 / 2: H's gate columns (tc, [rows][2I]), its up
 // columns (I + q), and A (td, [rows][I]). d holds gate column group jp at d[4 jp + ...], up at d[4 (jp + 16) + ...];
 // the values are wg_epilogue_rows' (A from the bf16-rounded gate and up).
-__device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, const float* d, WsOut& out, const TmaDesc* tc, const TmaDesc* td, int q0, int row0, int wq, int lane) {
+// copy (WS_PARTIAL_STAGED): the boxes copied out by the threads, rows before m_end and columns before I in each
+// part (for a partial row group, or I % 128 != 0), instead of by TMA.
+__device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, const float* d, WsOut& out, const TmaDesc* tc, const TmaDesc* td, int q0, int row0, int wq, int lane,
+                                                    bool copy = false, int m_end = 0) {
 #pragma unroll
     for (int part = 0; part < 3; ++part) {  // gate, up, A
 #pragma unroll
@@ -507,11 +554,17 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
 #endif
                 },
                 [&](unsigned slot) {
-                    if (part == 2)
+                    const int col0 = (part == 1 ? p.inter : 0) + q0 + 64 * bx;
+                    if (copy) {
+                        const WsCopyOut o{part == 2 ? p.c2 : p.c, part == 2 ? (long long)p.inter : p.ldc, min(64, m_end - row0), (part == 1 ? 2 : 1) * p.inter};
+                        ws_copy_box(slot, o, row0, part == 2 ? q0 + 64 * bx : col0, wq * 32 + lane);
+                    } else if (part == 2) {
                         tma_store_3d(td, slot, q0 + 64 * bx, row0, 0);
-                    else
-                        tma_store_3d(tc, slot, (part == 1 ? p.inter : 0) + q0 + 64 * bx, row0, 0);
-                });
+                    } else {
+                        tma_store_3d(tc, slot, col0, row0, 0);
+                    }
+                },
+                copy);
         }
     }
 }
@@ -836,17 +889,21 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
 #endif
             constexpr bool TMA_OUT = EPI == EPI_STORE || EPI == EPI_STORE_F32;
             const int row0 = w.m0 + 64 * wg;  // this warpgroup's first row
+            const WsCopyOut full{nullptr, 0, 64, 0};
             if (TMA_OUT && KIND == 2) {
                 // the map's row bound is the expert's m_dim: a warpgroup past it has nothing to store
-                if (row0 < p.m_dim) ws_store_tma<EPI == EPI_STORE_F32>(d, out, tc, w.n0, row0, w.e, wq, lane);
+                if (row0 < p.m_dim) ws_store_tma<EPI == EPI_STORE_F32>(d, out, tc, w.n0, row0, w.e, wq, lane, full);
             } else if (TMA_OUT && row0 + 64 <= w.m_end) {
                 // rows past m_end belong to the next expert's tile: only whole 64-row groups go by TMA
-                ws_store_tma<EPI == EPI_STORE_F32>(d, out, tc, w.n0, row0, 0, wq, lane);
-            } else if (EPI == EPI_SWIGLU_FWD_SPLIT && WS_GEMM1_TMA && p.inter % 128 == 0 && row0 + 64 <= w.m_end) {
-                ws_store_swiglu_tma(p, d, out, tc, td, w.n0 >> 1, row0, wq, lane);
+                ws_store_tma<EPI == EPI_STORE_F32>(d, out, tc, w.n0, row0, 0, wq, lane, full);
+            } else if (EPI == EPI_STORE && WS_PARTIAL_STAGED) {
+                if (row0 < w.m_end) ws_store_tma<false>(d, out, tc, w.n0, row0, 0, wq, lane, WsCopyOut{p.c, p.ldc, w.m_end - row0, p.n_dim});
+            } else if (EPI == EPI_SWIGLU_FWD_SPLIT && WS_GEMM1_TMA && (WS_PARTIAL_STAGED ? row0 < w.m_end : p.inter % 128 == 0 && row0 + 64 <= w.m_end)) {
+                const bool copy = WS_PARTIAL_STAGED && !(p.inter % 128 == 0 && row0 + 64 <= w.m_end);
+                ws_store_swiglu_tma(p, d, out, tc, td, w.n0 >> 1, row0, wq, lane, copy, w.m_end);
             } else if (KIND == 2) {
                 wg_epilogue_wgrad(p, d, w.e, w.m0, w.n0, r_in, c_in);
-            } else {
+            } else if (!(EPI == EPI_SWIGLU_FWD_SPLIT && WS_GEMM1_TMA && WS_PARTIAL_STAGED)) {  // (there: no rows left)
                 wg_epilogue_rows<EPI>(p, d, w.m0, w.m_end, w.n0, r_in, c_in, lane, w.n_tile, w.n_tiles);
             }
 #ifdef WS_EXP_CLOCKS
