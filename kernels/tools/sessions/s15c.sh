@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # For branch s15-fused-dA (not main): the SwiGLU backward epilogue staged through shared memory
-# (wg_swiglu_bwd_staged: 6,000 instructions instead of the direct version's 43,500, which s15b.sh measured at
+# (wg_swiglu_bwd_staged: about 6,100 instructions instead of the direct version's 43,500, which s15b.sh measured at
 # 2.97 ms for dA on 30b). Prepared in session 15, not run (no device time left). `git checkout s15-fused-dA`,
 # stage (bash kernels/tools/stage_gpu.sh), device call with carry [".gpu"]. Compare dA+swiglu_bwd with main's
 # dA_raw + swiglu_bwd_rows (30b, H100: 0.691 + 0.478 ms in s15b).
