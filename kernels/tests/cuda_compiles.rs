@@ -55,7 +55,7 @@ fn fast_kernels_compile_for_sm90a_without_spills_or_serialised_wgmma() {
         };
         assert!(!text.contains("C7520"), "{defines:?}: ptxas serialised wgmma instructions:\n{text}");
         // every persistent GEMM was compiled and reported
-        for k in ["ws_gemm1_swiglu", "ws_rows", "ws_rows_bmn", "ws_rows_bmn_f32", "ws_wgrad"] {
+        for k in PERSISTENT_GEMMS {
             assert!(text.lines().any(|l| l.starts_with(&format!("{k} ")) && l.contains("registers")), "{defines:?}: no ptxas report for {k}:\n{text}");
         }
         for line in text.lines().filter(|l| l.contains("spill stores")) {
@@ -68,7 +68,7 @@ fn fast_kernels_compile_for_sm90a_without_spills_or_serialised_wgmma() {
         }
         // code size: session 15's fused dA epilogue, unrolled over the accumulators, was 43,504 instructions
         // and ran 4x slower than the kernels it replaced; the largest persistent GEMM today is GEMM1 (~11,000)
-        for k in ["ws_gemm1_swiglu", "ws_rows", "ws_rows_bmn", "ws_rows_bmn_f32", "ws_wgrad"] {
+        for k in PERSISTENT_GEMMS {
             let n: usize = text
                 .lines()
                 .find_map(|l| l.strip_prefix(&format!("{k} ")).and_then(|r| r.trim().strip_prefix("code ")).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()))
@@ -77,6 +77,9 @@ fn fast_kernels_compile_for_sm90a_without_spills_or_serialised_wgmma() {
         }
     }
 }
+
+/// The persistent GEMMs (`moe_kernels::fast`'s source::WS_GEMMS, which a test cannot reach).
+const PERSISTENT_GEMMS: [&str; 5] = ["ws_gemm1_swiglu", "ws_rows", "ws_rows_bmn", "ws_rows_bmn_f32", "ws_wgrad"];
 
 /// The most SASS instructions a persistent GEMM may have (see the test).
 const MAX_INSTRUCTIONS: usize = 16384;

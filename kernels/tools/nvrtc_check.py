@@ -67,7 +67,6 @@ if ptx_out:
     open(ptx_out, "wb").write(ptx.value)
 
 
-
 def code_sizes(cubin):
     """Bytes of SASS per kernel: the sizes of the ELF's `.text.<kernel>` sections (16 bytes an instruction)."""
     b = open(cubin, "rb").read()

@@ -447,6 +447,7 @@ __device__ __forceinline__ void ws_copy_box(unsigned slot, const WsCopyOut& o, i
 template <bool F32>
 __device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const TmaDesc* tc, int n0, int row0, int z, int wq, int lane, const WsCopyOut& o) {
     constexpr int BOXES = F32 ? 8 : 4, J = 32 / BOXES, BOX = F32 ? 32 : 64;  // J column groups of 8 per box
+    const bool copy = !F32 && o.rows < 64;
 #pragma unroll
     for (int bx = 0; bx < BOXES; ++bx) {
         out.box(
@@ -472,12 +473,12 @@ __device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const T
                 }
             },
             [&](unsigned slot) {
-                if (!F32 && o.rows < 64)
+                if (copy)
                     ws_copy_box(slot, o, row0, n0 + BOX * bx, wq * 32 + lane);
                 else
                     tma_store_3d(tc, slot, n0 + BOX * bx, row0, z);
             },
-            !F32 && o.rows < 64);
+            copy);
     }
 }
 
@@ -554,14 +555,12 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
 #endif
                 },
                 [&](unsigned slot) {
-                    const int col0 = (part == 1 ? p.inter : 0) + q0 + 64 * bx;
+                    const int col0 = (part == 1 ? p.inter : 0) + q0 + 64 * bx;  // in H (gate, up) or A
                     if (copy) {
                         const WsCopyOut o{part == 2 ? p.c2 : p.c, part == 2 ? (long long)p.inter : p.ldc, min(64, m_end - row0), (part == 1 ? 2 : 1) * p.inter};
-                        ws_copy_box(slot, o, row0, part == 2 ? q0 + 64 * bx : col0, wq * 32 + lane);
-                    } else if (part == 2) {
-                        tma_store_3d(td, slot, q0 + 64 * bx, row0, 0);
+                        ws_copy_box(slot, o, row0, col0, wq * 32 + lane);
                     } else {
-                        tma_store_3d(tc, slot, col0, row0, 0);
+                        tma_store_3d(part == 2 ? td : tc, slot, col0, row0, 0);
                     }
                 },
                 copy);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepared in session 15 for the next call on main (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"]):
 # WS_PARTIAL_STAGED=1, partial row groups (and GEMM1 when I % 128 != 0) copied out of the staging boxes by the
-# threads instead of the direct epilogue (GEMM1 11,016 -> 7,064 SASS instructions, GEMM2 / dX 3,256 -> 1,592;
+# threads instead of the direct epilogue (GEMM1 11,016 -> 7,064 SASS instructions, GEMM2 / dX 3,256 -> about 1,600;
 # the default build's PTX is byte-identical to session 14's). 1. gpu_fast with it (bitwise the plain wgmma
 # engine, edge shapes with I % 128 != 0 and partial tiles); 2. A/B against the default on both presets (the
 # A/B also demands bitwise outputs); 3. the default against the baseline on 30b, if time is left.
