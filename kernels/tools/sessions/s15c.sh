@@ -20,11 +20,7 @@ timeout 150 .gpu/bin/moe-oracle bench-gpu --preset qwen3-235b-a22b $B --check-to
 echo "== bench 235b rc $? at ${SECONDS}s"; show $OUT/bench-235b.log
 . kernels/tools/sessions/ab_lib.sh
 AB_UNTIL=380 ab qwen3-30b-a3b 12 30-dgrad-dyn "MOE_FAST_DYNAMIC=ws_gemm1_swiglu,ws_rows,ws_rows_bmn,ws_dgrad_bmn"
-for t in layer_api gpu_layer; do
-  [ $SECONDS -gt 500 ] && break
-  REQUIRE_GPU=1 timeout 40 .gpu/bin/$t --test-threads=1 > $OUT/$t.log 2>&1
-  echo "== $t rc $? at ${SECONDS}s"; grep -E "test result|panicked" $OUT/$t.log | head -3
-done
+layer_tests .gpu/bin 500
 if [ $SECONDS -lt 440 ]; then
   REQUIRE_GPU=1 timeout 150 .gpu/bin/gpu_fast --test-threads=1 random_shapes the_dynamic_tile_scheduler refuses > $OUT/gpu_fast-rest.log 2>&1
   echo "== gpu_fast (the other tests) rc $? at ${SECONDS}s"; grep -E "^test |test result|panicked" $OUT/gpu_fast-rest.log | cut -c1-300 | head -6

@@ -7,7 +7,8 @@
 #    engines, the oracle), then main's and the branch's benches back to back, twice, on 30b (per-kernel:
 #    dA_raw + swiglu_bwd_rows on main against dA+swiglu_bwd on the branch);
 # 2. main's WS_PARTIAL_STAGED=1: gpu_fast with it, A/B against the default;
-# 3. the baseline on 30b and 235b (main's binary), each followed by the branch's bench of the same preset.
+# 3. the branch's layer tests (layer_api, gpu_layer);
+# 4. the baseline on 30b and 235b (main's binary), each followed by the branch's bench of the same preset.
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s16}; mkdir -p $OUT
 M=.gpu/bin; F=.gpu/s15-fused-dA/bin
@@ -26,6 +27,7 @@ MOE_FAST_DEFINES="WS_PARTIAL_STAGED=1" REQUIRE_GPU=1 timeout 100 $M/gpu_fast --t
 echo "== main WS_PARTIAL_STAGED=1: gpu_fast edge shapes rc $? at ${SECONDS}s"; grep -E "test result|panicked" $OUT/staged-gpu_fast.log | cut -c1-300 | head -3
 . kernels/tools/sessions/ab_lib.sh
 AB_UNTIL=300 ab qwen3-30b-a3b 16 30-partial-staged "MOE_FAST_DEFINES=WS_PARTIAL_STAGED=1"
+layer_tests $F 330
 for p in qwen3-30b-a3b qwen3-235b-a22b; do
   [ $SECONDS -gt 420 ] && break
   timeout 170 $M/moe-oracle bench-gpu --preset $p $B --check-tokens 1 --check-wgrad 32 --baseline .gpu/bench/torch_moe_baseline.py > $OUT/main-$p-baseline.log 2>&1
