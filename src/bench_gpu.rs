@@ -54,7 +54,8 @@ pub struct BenchGpuArgs {
     pub seed: u64,
     /// A/B comparison in one process: a second layer built with these settings, `NAME=VALUE` pairs
     /// separated by `;` (MOE_FAST_DEFINES, MOE_FAST_CLUSTERED, MOE_FAST_CLUSTERS, MOE_FAST_DYNAMIC,
-    /// MOE_FAST_LINEINFO for the kernels; MOE_FAST_GATHER_FIRST, MOE_FAST_GEMM1_GATHER_FIRST for the layer),
+    /// MOE_FAST_LINEINFO for the kernels; MOE_FAST_GATHER_FIRST, MOE_FAST_GEMM1_GATHER_FIRST, MOE_FAST_SAVE_X_ROWS for the
+    /// layer),
     /// timed against the settings of the environment rep by rep in the order A B B A A B ..., so that the
     /// clock's drift under the power cap falls on both; reports both medians, the per-round ratio, per-kernel
     /// times, whether the outputs are bitwise the same, and B's oracle check. One engine; not with --baseline.
@@ -63,14 +64,22 @@ pub struct BenchGpuArgs {
 }
 
 /// The environment variables of the layer's switches (`layer_switches`).
-const LAYER_VARIABLES: [&str; 2] = ["MOE_FAST_GATHER_FIRST", "MOE_FAST_GEMM1_GATHER_FIRST"];
+const LAYER_VARIABLES: [&str; 3] = ["MOE_FAST_GATHER_FIRST", "MOE_FAST_GEMM1_GATHER_FIRST", "MOE_FAST_SAVE_X_ROWS"];
 
-/// The layer's switches (`FastLayer::use_gather_first`, `use_gemm1_gather_first`) from the environment,
-/// with `NAME=VALUE` assignments applied over it.
-fn layer_switches(assignments: &[(String, String)]) -> (bool, bool) {
+/// The persistent engine's layer switches: `FastLayer::use_gather_first` (on unless "0"),
+/// `use_gemm1_gather_first` and `use_saved_x_rows` (off unless "1").
+#[derive(Debug, PartialEq)]
+struct LayerSwitches {
+    gather_first: bool,
+    gemm1_gather_first: bool,
+    save_x_rows: bool,
+}
+
+/// The layer's switches from the environment, with `NAME=VALUE` assignments applied over it.
+fn layer_switches(assignments: &[(String, String)]) -> LayerSwitches {
     let var = |name: &str| assignments.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.clone()).or_else(|| std::env::var(name).ok());
-    let [gather, gemm1] = LAYER_VARIABLES;
-    (var(gather).as_deref() != Some("0"), var(gemm1).as_deref() == Some("1"))
+    let [gather, gemm1, save_x] = LAYER_VARIABLES;
+    LayerSwitches { gather_first: var(gather).as_deref() != Some("0"), gemm1_gather_first: var(gemm1).as_deref() == Some("1"), save_x_rows: var(save_x).as_deref() == Some("1") }
 }
 
 /// `--ab`'s settings: (kernel assignments, layer assignments).
@@ -395,9 +404,10 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     // A/B switches of the persistent engine: the backward's gathered operands read inside the GEMMs, GEMM1's
     // rows of X copied into expert order first
     let set_switches = |layer: &mut FastLayer, assignments: &[(String, String)]| {
-        let (gather_first, gemm1_gather_first) = layer_switches(assignments);
-        layer.use_gather_first(gather_first);
-        layer.use_gemm1_gather_first(gemm1_gather_first);
+        let sw = layer_switches(assignments);
+        layer.use_gather_first(sw.gather_first);
+        layer.use_gemm1_gather_first(sw.gemm1_gather_first);
+        layer.use_saved_x_rows(sw.save_x_rows);
     };
     if let Some((kernel_set, layer_set)) = &ab {
         let kern_b = FastKernels::load_with(&gpu, args.stages, &settings.with(kernel_set).map_err(gpu_err)?).map_err(gpu_err)?;
@@ -483,7 +493,10 @@ mod tests {
         assert_eq!(layer, pairs(&[("MOE_FAST_GEMM1_GATHER_FIRST", "1")]));
         // the layer's switches: an assignment wins over the environment's (which a test cannot set safely,
         // so only the assignments' side is shown here)
-        assert_eq!(layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "0"), ("MOE_FAST_GEMM1_GATHER_FIRST", "1")])), (false, true));
+        let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "0"), ("MOE_FAST_GEMM1_GATHER_FIRST", "1"), ("MOE_FAST_SAVE_X_ROWS", "1")]));
+        assert_eq!(sw, LayerSwitches { gather_first: false, gemm1_gather_first: true, save_x_rows: true });
+        let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "1"), ("MOE_FAST_GEMM1_GATHER_FIRST", "0"), ("MOE_FAST_SAVE_X_ROWS", "0")]));
+        assert_eq!(sw, LayerSwitches { gather_first: true, gemm1_gather_first: false, save_x_rows: false });
     }
 
     #[test]

@@ -49,6 +49,29 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
         if let Err(msg) = same(&first, &layer.trace().expect("trace")) {
             panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): backward after recompute_h differs: {msg}");
         }
+        // X's rows kept from forward (GEMM1 reads them by TMA, grad_w13 reads them again): the same bits
+        let mut layer = case.layer(gpu, kern, engine, true).expect("layer");
+        layer.use_saved_x_rows(true);
+        layer.poison_outputs().expect("poison");
+        layer.forward().expect("forward");
+        layer.backward().expect("backward");
+        if let Err(msg) = same(&first, &layer.trace().expect("trace")) {
+            panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): X's rows kept from forward differ: {msg}");
+        }
+        // X replaced between forward and backward: the kept rows are stale, and the backward must gather the
+        // new X as it does without them
+        let x2: Vec<u16> = case.x.iter().rev().copied().collect();
+        let changed = |save: bool| {
+            let mut layer = case.layer(gpu, kern, engine, true).expect("layer");
+            layer.use_saved_x_rows(save);
+            layer.forward().expect("forward");
+            layer.upload_x(&x2).expect("upload x");
+            layer.backward().expect("backward");
+            layer.trace().expect("trace")
+        };
+        if let Err(msg) = same(&changed(false), &changed(true)) {
+            panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): the backward read X's stale kept rows: {msg}");
+        }
     }
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads };

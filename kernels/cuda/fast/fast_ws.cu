@@ -413,9 +413,13 @@ __device__ __forceinline__ void stsm_box(unsigned slot, int wq, int lane, int jp
 // and the columns inside the output, by 16-byte stores, instead of the direct epilogue from registers
 // (wg_epilogue_rows: 4-byte stores, and ~4,000 of GEMM1's 11,016 SASS instructions). Same values: the boxes
 // hold what the direct epilogue stores.
+// WS_PARTIAL_STAGED=2: only the bf16 row GEMMs' partial groups (GEMM2, dX), not GEMM1's (session 16: with 1,
+// gemm1 ran 4.7% slower, gemm2 and dX 2% faster).
 #ifndef WS_PARTIAL_STAGED
 #define WS_PARTIAL_STAGED 0
 #endif
+#define WS_PARTIAL_STAGED_ROWS (WS_PARTIAL_STAGED == 1 || WS_PARTIAL_STAGED == 2)
+#define WS_PARTIAL_STAGED_GEMM1 (WS_PARTIAL_STAGED == 1)
 // Where a copied-out box goes: rows row0.. of `base` (ld elements apart), the first `rows` of them; columns
 // before col_end (a multiple of 8) exist.
 struct WsCopyOut {
@@ -895,14 +899,14 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             } else if (TMA_OUT && row0 + 64 <= w.m_end) {
                 // rows past m_end belong to the next expert's tile: only whole 64-row groups go by TMA
                 ws_store_tma<EPI == EPI_STORE_F32>(d, out, tc, w.n0, row0, 0, wq, lane, full);
-            } else if (EPI == EPI_STORE && WS_PARTIAL_STAGED) {
+            } else if (EPI == EPI_STORE && WS_PARTIAL_STAGED_ROWS) {
                 if (row0 < w.m_end) ws_store_tma<false>(d, out, tc, w.n0, row0, 0, wq, lane, WsCopyOut{p.c, p.ldc, w.m_end - row0, p.n_dim});
-            } else if (EPI == EPI_SWIGLU_FWD_SPLIT && WS_GEMM1_TMA && (WS_PARTIAL_STAGED ? row0 < w.m_end : p.inter % 128 == 0 && row0 + 64 <= w.m_end)) {
-                const bool copy = WS_PARTIAL_STAGED && !(p.inter % 128 == 0 && row0 + 64 <= w.m_end);
+            } else if (EPI == EPI_SWIGLU_FWD_SPLIT && WS_GEMM1_TMA && (WS_PARTIAL_STAGED_GEMM1 ? row0 < w.m_end : p.inter % 128 == 0 && row0 + 64 <= w.m_end)) {
+                const bool copy = WS_PARTIAL_STAGED_GEMM1 && !(p.inter % 128 == 0 && row0 + 64 <= w.m_end);
                 ws_store_swiglu_tma(p, d, out, tc, td, w.n0 >> 1, row0, wq, lane, copy, w.m_end);
             } else if (KIND == 2) {
                 wg_epilogue_wgrad(p, d, w.e, w.m0, w.n0, r_in, c_in);
-            } else if (!(EPI == EPI_SWIGLU_FWD_SPLIT && WS_GEMM1_TMA && WS_PARTIAL_STAGED)) {  // (there: no rows left)
+            } else if (!(EPI == EPI_SWIGLU_FWD_SPLIT && WS_GEMM1_TMA && WS_PARTIAL_STAGED_GEMM1)) {  // (there: no rows left)
                 wg_epilogue_rows<EPI>(p, d, w.m0, w.m_end, w.n0, r_in, c_in, lane, w.n_tile, w.n_tiles);
             }
 #ifdef WS_EXP_CLOCKS

@@ -280,6 +280,14 @@ pub struct FastLayer<'g> {
     /// persistent engine: X's rows copied into expert order (into the o buffer, free until GEMM2) before GEMM1,
     /// so that GEMM1 reads A by TMA instead of gathering it by cp.async
     gemm1_gather_first: bool,
+    /// persistent engine: X's rows copied into expert order before GEMM1 into a buffer of their own (`x_rows`),
+    /// which GEMM1 reads by TMA and the backward's grad_w13 reads again instead of gathering X a second time
+    /// (as PyTorch's grouped-GEMM MoE keeps `x[order]` for its weight gradient): rows x H bf16 more memory
+    save_x_rows: bool,
+    /// X's rows in expert order (allocated on first use by `save_x_rows`), and whether they are X's current rows
+    /// (a forward made them and X has not changed since)
+    x_rows: CudaSlice<u16>,
+    x_rows_fresh: bool,
     da_raw: CudaSlice<f32>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
 }
@@ -384,6 +392,9 @@ impl<'g> FastLayer<'g> {
             persistent: k.wgmma,
             gather_first: true,
             gemm1_gather_first: false,
+            save_x_rows: false,
+            x_rows: z16(1)?,
+            x_rows_fresh: false,
             da_raw: zeros(gpu, if k.wgmma { rows * id } else { 1 })?,
             profile: None,
         })
@@ -395,6 +406,7 @@ impl<'g> FastLayer<'g> {
         if x.len() != t * hd || w13.len() != e * 2 * id * hd || w2.len() != e * hd * id || dy.len() != t * hd {
             return Err(GpuError::Input("input sizes do not match the layer's dims".into()));
         }
+        self.x_rows_fresh = false;
         let s = &self.gpu.stream;
         for (src, dst) in [(x, &mut self.x), (w13, &mut self.w13), (w2, &mut self.w2), (dy, &mut self.dy)] {
             if !src.is_empty() {
@@ -408,6 +420,7 @@ impl<'g> FastLayer<'g> {
     /// (the PyTorch baseline's scales), on the device.
     pub fn fill_random(&mut self, seed: u64) -> Result<(), GpuError> {
         let FastDims { hidden: hd, inter: id, .. } = self.dims;
+        self.x_rows_fresh = false;
         let sqrt3 = 3f32.sqrt();
         let plan = [(0u64, sqrt3), (1, sqrt3 / (hd as f32).sqrt()), (2, sqrt3 / (id as f32).sqrt()), (3, sqrt3)];
         for (i, scale) in plan {
@@ -428,7 +441,8 @@ impl<'g> FastLayer<'g> {
 
     /// Fill every bf16 output and intermediate with NaN, so that a test sees any element a kernel leaves unwritten.
     pub fn poison_outputs(&mut self) -> Result<(), GpuError> {
-        let bufs = [&mut self.h, &mut self.a, &mut self.o, &mut self.y, &mut self.dh, &mut self.aw, &mut self.dx_rows, &mut self.grad_x, &mut self.grad_w13, &mut self.grad_w2];
+        self.x_rows_fresh = false;
+        let bufs = [&mut self.h, &mut self.a, &mut self.o, &mut self.y, &mut self.dh, &mut self.aw, &mut self.dx_rows, &mut self.grad_x, &mut self.grad_w13, &mut self.grad_w2, &mut self.x_rows];
         fill_nan(self.gpu, self.k, bufs)
     }
 
@@ -467,6 +481,13 @@ impl<'g> FastLayer<'g> {
     /// GEMM2 overwrites) instead of gathering them in GEMM1's loads (off, the default); bitwise the same results.
     pub fn use_gemm1_gather_first(&mut self, on: bool) {
         self.gemm1_gather_first = on;
+    }
+
+    /// With the persistent engine, copy X's rows into expert order before GEMM1 into a buffer kept until the
+    /// backward (rows x H bf16), so that GEMM1 reads A by TMA and grad_w13 needs no second gather of X (off by
+    /// default); bitwise the same results. Supersedes `use_gemm1_gather_first`.
+    pub fn use_saved_x_rows(&mut self, on: bool) {
+        self.save_x_rows = on;
     }
 
     /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies), and the
@@ -526,6 +547,7 @@ impl<'g> FastLayer<'g> {
         if x.len() != self.dims.tokens * self.dims.hidden {
             return Err(GpuError::Input("x size does not match the layer's dims".into()));
         }
+        self.x_rows_fresh = false;
         if !x.is_empty() {
             self.gpu.stream.memcpy_htod(x, &mut self.x)?;
         }
@@ -729,7 +751,23 @@ impl<'g> FastLayer<'g> {
                 Ok(())
             })?;
         }
-        self.gemm1(self.persistent && self.gemm1_gather_first && self.rows > 0)?;
+        // X's rows: gathered in GEMM1's loads, or copied into expert order first (into x_rows, kept for the
+        // backward, or into the o buffer, which GEMM2 overwrites)
+        self.x_rows_fresh = false;
+        let copy_into = if !self.persistent || self.rows == 0 {
+            None
+        } else if self.save_x_rows {
+            if self.x_rows.len() < self.rows * hd {
+                self.x_rows = zeros(self.gpu, self.rows * hd)?;
+            }
+            Some(self.ptr(&self.x_rows))
+        } else if self.gemm1_gather_first {
+            Some(self.ptr(&self.o))
+        } else {
+            None
+        };
+        self.gemm1(copy_into)?;
+        self.x_rows_fresh = self.save_x_rows && copy_into.is_some();
         let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
         let mut p = self.base_params();
         p.a = self.ptr(&self.a);
@@ -767,14 +805,14 @@ impl<'g> FastLayer<'g> {
         })
     }
 
-    /// GEMM1 with the SwiGLU in its epilogue: H and A rows from the gathered rows of X (`gather_first`: copied
-    /// into expert order in the o buffer first, then read in order).
-    fn gemm1(&mut self, gather_first: bool) -> Result<(), GpuError> {
+    /// GEMM1 with the SwiGLU in its epilogue: H and A rows from the gathered rows of X (`copy_into`: copied
+    /// into expert order in that buffer (rows x H) first, then read in order; else gathered in the loads).
+    fn gemm1(&mut self, copy_into: Option<u64>) -> Result<(), GpuError> {
         let FastDims { hidden: hd, inter: id, .. } = self.dims;
         let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
         let mut p = self.base_params();
-        if gather_first {
-            let (x, dst) = (self.ptr(&self.x), self.ptr(&self.o));
+        if let Some(dst) = copy_into {
+            let x = self.ptr(&self.x);
             self.gather_rows("gather_x_fwd", x, dst, hd)?;
             p.a = dst;
         } else {
@@ -803,7 +841,7 @@ impl<'g> FastLayer<'g> {
     /// (same kernel, same inputs); costs one GEMM1 (bench-gpu reports it).
     pub fn recompute_h(&mut self) -> Result<(), GpuError> {
         // (X's rows gathered in the loads: the o buffer may still be read after forward)
-        self.gemm1(false)
+        self.gemm1(None)
     }
 
     /// Overwrite H and A with NaN: what a caller that drops them after forward leaves (for testing
@@ -902,9 +940,14 @@ impl<'g> FastLayer<'g> {
             // both weight gradients before dX, whose rows then overwrite the gathered copies: the buffer ends
             // holding the dX rows, as without gathering first
             self.wgrad_w2(dy_rows, 0)?;
-            let (x, dst) = (self.ptr(&self.x), self.ptr(&self.dx_rows));
-            self.gather_rows("gather_x", x, dst, hd)?;
-            self.wgrad_w13(dst, 0)?;
+            let x_rows = if self.x_rows_fresh {
+                self.ptr(&self.x_rows)
+            } else {
+                let (x, dst) = (self.ptr(&self.x), self.ptr(&self.dx_rows));
+                self.gather_rows("gather_x", x, dst, hd)?;
+                dst
+            };
+            self.wgrad_w13(x_rows, 0)?;
         }
         let mut p = self.base_params();
         p.a = self.ptr(&self.dh);
@@ -932,7 +975,7 @@ impl<'g> FastLayer<'g> {
             self.combine("undispatch", dx, 0, sr, gx)?;
         }
         if !gather_first {
-            let (x, idx) = (self.ptr(&self.x), self.ptr(&self.row_token));
+            let (x, idx) = if self.x_rows_fresh { (self.ptr(&self.x_rows), 0) } else { (self.ptr(&self.x), self.ptr(&self.row_token)) };
             self.wgrad_w13(x, idx)?;
             self.wgrad_w2(dy_rows, dy_idx)?;
         }
@@ -1040,11 +1083,13 @@ impl<'g> FastLayer<'g> {
         Ok(self.gpu.stream.synchronize()?)
     }
 
-    /// Bytes kept from forward for backward per token: the k rows of H (bf16) plus each row's token, slot,
-    /// weight and each slot's row (the caller holds X and dY).
+    /// Bytes kept from forward for backward per token: the k rows of H (bf16), X's k rows in expert order with
+    /// `use_saved_x_rows` (bf16), plus each row's token, slot, weight and each slot's row (the caller holds X
+    /// and dY).
     pub fn bytes_kept_per_token(&self) -> f64 {
-        let FastDims { tokens: t, inter: id, .. } = self.dims;
-        self.bytes_kept_per_token_recompute() + (self.rows * 2 * id * 2) as f64 / t.max(1) as f64
+        let FastDims { tokens: t, hidden: hd, inter: id, .. } = self.dims;
+        let x_rows = if self.save_x_rows && self.persistent { self.rows * hd * 2 } else { 0 };
+        self.bytes_kept_per_token_recompute() + (self.rows * 2 * id * 2 + x_rows) as f64 / t.max(1) as f64
     }
 
     /// Bytes kept from forward for backward per token with `recompute_h`: the routing metadata only (each row's
@@ -1060,7 +1105,7 @@ impl<'g> FastLayer<'g> {
         let b16 = |s: &CudaSlice<u16>| s.len() * 2;
         let b32 = |n: usize| n * 4;
         let work = b16(&self.h) + b16(&self.a) + b16(&self.o) + b16(&self.y) + b16(&self.dh) + b16(&self.aw) + b16(&self.dx_rows)
-            + b16(&self.w2t) + b16(&self.w13t) + b32(self.da_raw.len())
+            + b16(&self.x_rows) + b16(&self.w2t) + b16(&self.w13t) + b32(self.da_raw.len())
             + b32(self.counts.len() + self.offsets.len() + self.tiles.len() + self.row_token.len() + self.row_slot.len() + self.row_w.len() + self.slot_row.len() + self.ds_part.len());
         let grads = b16(&self.grad_x) + b16(&self.grad_w13) + b16(&self.grad_w2) + b32(self.grad_tw.len());
         (work, grads)
@@ -1104,6 +1149,7 @@ impl<'g> FastLayer<'g> {
         if want.iter().any(|(got, n)| got != n) {
             return Err(GpuError::Input("input sizes do not match the layer's dims".into()));
         }
+        self.x_rows_fresh = false;
         let s = &self.gpu.stream;
         let mut pairs = vec![(x, &mut self.x), (w13, &mut self.w13), (w2, &mut self.w2)];
         if let Some(d) = dy {
