@@ -66,8 +66,8 @@ pub struct BenchGpuArgs {
 /// The environment variables of the layer's switches (`layer_switches`).
 const LAYER_VARIABLES: [&str; 3] = ["MOE_FAST_GATHER_FIRST", "MOE_FAST_GEMM1_GATHER_FIRST", "MOE_FAST_SAVE_X_ROWS"];
 
-/// The persistent engine's layer switches: `FastLayer::use_gather_first` (on unless "0"),
-/// `use_gemm1_gather_first` and `use_saved_x_rows` (off unless "1").
+/// The persistent engine's layer switches: `FastLayer::use_gather_first` and `use_saved_x_rows` (on unless
+/// "0"), `use_gemm1_gather_first` (off unless "1").
 #[derive(Debug, PartialEq)]
 struct LayerSwitches {
     gather_first: bool,
@@ -79,7 +79,7 @@ struct LayerSwitches {
 fn layer_switches(assignments: &[(String, String)]) -> LayerSwitches {
     let var = |name: &str| assignments.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.clone()).or_else(|| std::env::var(name).ok());
     let [gather, gemm1, save_x] = LAYER_VARIABLES;
-    LayerSwitches { gather_first: var(gather).as_deref() != Some("0"), gemm1_gather_first: var(gemm1).as_deref() == Some("1"), save_x_rows: var(save_x).as_deref() == Some("1") }
+    LayerSwitches { gather_first: var(gather).as_deref() != Some("0"), gemm1_gather_first: var(gemm1).as_deref() == Some("1"), save_x_rows: var(save_x).as_deref() != Some("0") }
 }
 
 /// `--ab`'s settings: (kernel assignments, layer assignments).

@@ -169,7 +169,7 @@ struct WsTile {
 };
 
 // Row GEMMs: tile t of (*tile_count row tiles) x (column tiles), column tile fastest (the row tile's gathered
-// rows stay in L2 across its column tiles; consecutive row tiles share the expert's weights).
+// rows stay in L2 across its column tiles; consecutive row tiles share the expert's weights; WS_RASTER_M below).
 template <int EPI>
 __device__ __forceinline__ int ws_rows_n_tiles(const FastGemmParams& p) {
     const int n_cols = (EPI == EPI_SWIGLU_FWD || EPI == EPI_SWIGLU_FWD_SPLIT) ? 2 * p.inter : p.n_dim;
@@ -182,12 +182,28 @@ template <int EPI>
 __device__ __forceinline__ int ws_rows_count(const FastGemmParams& p) {
     return *p.tile_count / WS_CLUSTER * ws_rows_n_tiles<EPI>(p);
 }
+// WS_RASTER_M=G (experiment, 0 = off): tiles in groups of G row tiles (units) by all column tiles, row tile
+// fastest inside a group, so that the G tiles reading one column tile of the weights start together and the
+// weights are read from DRAM about once (session 16, ncu on 235b's dX: L2 hit rate 71%, L2 bandwidth at 86%
+// of peak; with column tile fastest, the ~8 readers of a weight column start up to a tile apart, while the
+// gathered rows they share with their row are only a quarter of the expert's bytes).
+#ifndef WS_RASTER_M
+#define WS_RASTER_M 0
+#endif
 template <int EPI>
 __device__ __forceinline__ WsTile ws_rows_tile(const FastGemmParams& p, int t, int rank) {
     WsTile w;
     w.n_tiles = ws_rows_n_tiles<EPI>(p);
+#if WS_RASTER_M > 0
+    const int group = t / (WS_RASTER_M * w.n_tiles);
+    const int in_group = min(WS_RASTER_M, *p.tile_count / WS_CLUSTER - group * WS_RASTER_M);  // the last may be short
+    const int local = t - group * WS_RASTER_M * w.n_tiles;
+    w.n_tile = local / in_group;
+    const int mp = group * WS_RASTER_M + (local - w.n_tile * in_group);
+#else
     const int mp = t / w.n_tiles;
     w.n_tile = t - mp * w.n_tiles;
+#endif
     const int mt = mp * WS_CLUSTER + rank;
     const int* tl = p.tiles + 3 * mt;
     w.e = tl[0];
@@ -407,16 +423,17 @@ __device__ __forceinline__ void stsm_box(unsigned slot, int wq, int lane, int jp
                  : "memory");
 }
 
-// WS_PARTIAL_STAGED=1 (experiment, off until measured): a warpgroup whose 64 rows run past the tile's m_end
+// WS_PARTIAL_STAGED=1: a warpgroup whose 64 rows run past the tile's m_end
 // (rows that belong to the next expert's tile), or GEMM1's boxes when I % 128 != 0, go through the same
 // staging boxes as the TMA stores and are copied out by the warpgroup's threads, only the rows before m_end
 // and the columns inside the output, by 16-byte stores, instead of the direct epilogue from registers
 // (wg_epilogue_rows: 4-byte stores, and ~4,000 of GEMM1's 11,016 SASS instructions). Same values: the boxes
 // hold what the direct epilogue stores.
-// WS_PARTIAL_STAGED=2: only the bf16 row GEMMs' partial groups (GEMM2, dX), not GEMM1's (session 16: with 1,
-// gemm1 ran 4.7% slower, gemm2 and dX 2% faster).
+// WS_PARTIAL_STAGED=2, the default: only the bf16 row GEMMs' partial groups (GEMM2, dX), not GEMM1's (session 16,
+// H100, bitwise A/Bs: with 1, gemm1 ran 4.7% slower and gemm2 and dX 2% faster; with 2, forward+backward B/A
+// 0.995 on 30b, 0.999 on 235b). 0: every partial group by the direct epilogue.
 #ifndef WS_PARTIAL_STAGED
-#define WS_PARTIAL_STAGED 0
+#define WS_PARTIAL_STAGED 2
 #endif
 #define WS_PARTIAL_STAGED_ROWS (WS_PARTIAL_STAGED == 1 || WS_PARTIAL_STAGED == 2)
 #define WS_PARTIAL_STAGED_GEMM1 (WS_PARTIAL_STAGED == 1)

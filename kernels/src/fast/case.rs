@@ -49,12 +49,14 @@ impl FastCase {
     }
 
     /// A fresh layer with `engine` and the inputs uploaded, and `gather_first` as given (`FastLayer::use_gather_first`,
-    /// `use_gemm1_gather_first`).
+    /// `use_gemm1_gather_first`, `use_saved_x_rows`: every row gather of the persistent engine copied first, or
+    /// every one inside the GEMMs' loads).
     pub fn layer<'g>(&self, gpu: &'g Gpu, kern: &'g FastKernels, engine: Engine, gather_first: bool) -> Result<FastLayer<'g>, GpuError> {
         let mut layer = FastLayer::new(gpu, kern, self.dims, self.act, &self.ids, &self.weights)?;
         layer.set_engine(engine)?;
         layer.use_gather_first(gather_first);
         layer.use_gemm1_gather_first(gather_first);
+        layer.use_saved_x_rows(gather_first);
         layer.upload(&self.x, &self.w13, &self.w2, &self.dy)?;
         Ok(layer)
     }
