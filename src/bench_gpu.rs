@@ -54,8 +54,8 @@ pub struct BenchGpuArgs {
     pub seed: u64,
     /// A/B comparison in one process: a second layer built with these settings, `NAME=VALUE` pairs
     /// separated by `;` (MOE_FAST_DEFINES, MOE_FAST_CLUSTERED, MOE_FAST_CLUSTERS, MOE_FAST_DYNAMIC,
-    /// MOE_FAST_LINEINFO for the kernels; MOE_FAST_GATHER_FIRST, MOE_FAST_GEMM1_GATHER_FIRST, MOE_FAST_SAVE_X_ROWS for the
-    /// layer),
+    /// MOE_FAST_LINEINFO for the kernels; MOE_FAST_GATHER_FIRST, MOE_FAST_GEMM1_GATHER_FIRST, MOE_FAST_SAVE_X_ROWS,
+    /// MOE_FAST_RASTER_M for the layer),
     /// timed against the settings of the environment rep by rep in the order A B B A A B ..., so that the
     /// clock's drift under the power cap falls on both; reports both medians, the per-round ratio, per-kernel
     /// times, whether the outputs are bitwise the same, and B's oracle check. One engine; not with --baseline.
@@ -64,22 +64,32 @@ pub struct BenchGpuArgs {
 }
 
 /// The environment variables of the layer's switches (`layer_switches`).
-const LAYER_VARIABLES: [&str; 3] = ["MOE_FAST_GATHER_FIRST", "MOE_FAST_GEMM1_GATHER_FIRST", "MOE_FAST_SAVE_X_ROWS"];
+const LAYER_VARIABLES: [&str; 4] = ["MOE_FAST_GATHER_FIRST", "MOE_FAST_GEMM1_GATHER_FIRST", "MOE_FAST_SAVE_X_ROWS", "MOE_FAST_RASTER_M"];
 
 /// The persistent engine's layer switches: `FastLayer::use_gather_first` and `use_saved_x_rows` (on unless
-/// "0"), `use_gemm1_gather_first` (off unless "1").
+/// "0"), `use_gemm1_gather_first` (off unless "1"), `set_raster_m` ("auto", the default, or a row-tile count).
 #[derive(Debug, PartialEq)]
 struct LayerSwitches {
     gather_first: bool,
     gemm1_gather_first: bool,
     save_x_rows: bool,
+    raster_m: Option<u32>,
 }
 
 /// The layer's switches from the environment, with `NAME=VALUE` assignments applied over it.
-fn layer_switches(assignments: &[(String, String)]) -> LayerSwitches {
+fn layer_switches(assignments: &[(String, String)]) -> Result<LayerSwitches, CliError> {
     let var = |name: &str| assignments.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.clone()).or_else(|| std::env::var(name).ok());
-    let [gather, gemm1, save_x] = LAYER_VARIABLES;
-    LayerSwitches { gather_first: var(gather).as_deref() != Some("0"), gemm1_gather_first: var(gemm1).as_deref() == Some("1"), save_x_rows: var(save_x).as_deref() != Some("0") }
+    let [gather, gemm1, save_x, raster] = LAYER_VARIABLES;
+    let raster_m = match var(raster).as_deref().map(str::trim) {
+        None | Some("" | "auto") => None,
+        Some(v) => Some(v.parse::<u32>().map_err(|_| fail(format!("{raster}={v:?}: expected auto or a count of row tiles (0: column tiles fastest)")))?),
+    };
+    Ok(LayerSwitches {
+        gather_first: var(gather).as_deref() != Some("0"),
+        gemm1_gather_first: var(gemm1).as_deref() == Some("1"),
+        save_x_rows: var(save_x).as_deref() != Some("0"),
+        raster_m,
+    })
 }
 
 /// `--ab`'s settings: (kernel assignments, layer assignments).
@@ -403,11 +413,13 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     }
     // A/B switches of the persistent engine: the backward's gathered operands read inside the GEMMs, GEMM1's
     // rows of X copied into expert order first
-    let set_switches = |layer: &mut FastLayer, assignments: &[(String, String)]| {
-        let sw = layer_switches(assignments);
+    let set_switches = |layer: &mut FastLayer, assignments: &[(String, String)]| -> Result<(), CliError> {
+        let sw = layer_switches(assignments)?;
         layer.use_gather_first(sw.gather_first);
         layer.use_gemm1_gather_first(sw.gemm1_gather_first);
         layer.use_saved_x_rows(sw.save_x_rows);
+        layer.set_raster_m(sw.raster_m);
+        Ok(())
     };
     if let Some((kernel_set, layer_set)) = &ab {
         let kern_b = FastKernels::load_with(&gpu, args.stages, &settings.with(kernel_set).map_err(gpu_err)?).map_err(gpu_err)?;
@@ -416,7 +428,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
         layer_b.upload_x(&x).map_err(gpu_err)?;
         for (l, set) in [(&mut layer, &[][..]), (&mut layer_b, &layer_set[..])] {
             l.set_engine(engines[0]).map_err(gpu_err)?;
-            set_switches(l, set);
+            set_switches(l, set)?;
         }
         println!("-- A/B, engine {}; preset {} tokens {t}: A the environment's settings, B with {}", layer.engine(), args.preset, args.ab.as_deref().unwrap_or(""));
         return match ab_measure(&mut layer, &mut layer_b, args, &ids, &w)? {
@@ -426,7 +438,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     }
     for &engine in &engines {
         layer.set_engine(engine).map_err(gpu_err)?;
-        set_switches(&mut layer, &[]);
+        set_switches(&mut layer, &[])?;
         let (fwd, both, failure) = measure(&mut layer, args, &ids, &w, (h, i, e, k))?;
         match failure {
             None => results.push((layer.engine(), fwd, both)),
@@ -493,10 +505,12 @@ mod tests {
         assert_eq!(layer, pairs(&[("MOE_FAST_GEMM1_GATHER_FIRST", "1")]));
         // the layer's switches: an assignment wins over the environment's (which a test cannot set safely,
         // so only the assignments' side is shown here)
-        let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "0"), ("MOE_FAST_GEMM1_GATHER_FIRST", "1"), ("MOE_FAST_SAVE_X_ROWS", "1")]));
-        assert_eq!(sw, LayerSwitches { gather_first: false, gemm1_gather_first: true, save_x_rows: true });
-        let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "1"), ("MOE_FAST_GEMM1_GATHER_FIRST", "0"), ("MOE_FAST_SAVE_X_ROWS", "0")]));
-        assert_eq!(sw, LayerSwitches { gather_first: true, gemm1_gather_first: false, save_x_rows: false });
+        let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "0"), ("MOE_FAST_GEMM1_GATHER_FIRST", "1"), ("MOE_FAST_SAVE_X_ROWS", "1"), ("MOE_FAST_RASTER_M", "8")]));
+        assert_eq!(sw.unwrap(), LayerSwitches { gather_first: false, gemm1_gather_first: true, save_x_rows: true, raster_m: Some(8) });
+        let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "1"), ("MOE_FAST_GEMM1_GATHER_FIRST", "0"), ("MOE_FAST_SAVE_X_ROWS", "0"), ("MOE_FAST_RASTER_M", "auto")]));
+        assert_eq!(sw.unwrap(), LayerSwitches { gather_first: true, gemm1_gather_first: false, save_x_rows: false, raster_m: None });
+        let bad = layer_switches(&pairs(&[("MOE_FAST_RASTER_M", "eight")])).unwrap_err().to_string();
+        assert!(bad.contains("MOE_FAST_RASTER_M") && bad.contains("eight"), "{bad}");
     }
 
     #[test]

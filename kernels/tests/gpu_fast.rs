@@ -59,6 +59,16 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
         if let Err(msg) = same(&first, &layer.trace().expect("trace")) {
             panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): X's rows gathered twice differ from kept: {msg}");
         }
+        // the row GEMMs' tiles in groups of 3 row tiles, row tile fastest (`set_raster_m`; the default orders
+        // column tiles fastest at these sizes): the same tiles, every one written once (NaN-poisoned buffers)
+        let mut layer = case.layer(gpu, kern, engine, true).expect("layer");
+        layer.set_raster_m(Some(3));
+        layer.poison_outputs().expect("poison");
+        layer.forward().expect("forward");
+        layer.backward().expect("backward");
+        if let Err(msg) = same(&first, &layer.trace().expect("trace")) {
+            panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): tiles in groups of 3 row tiles differ: {msg}");
+        }
         // X replaced between forward and backward: the kept rows are stale, and the backward must gather the
         // new X as it does without them
         let x2: Vec<u16> = case.x.iter().rev().copied().collect();
@@ -188,7 +198,8 @@ fn fast_layer_matches_the_oracle_on_random_shapes() {
 /// changes which block computes a tile, never its bits: every persistent GEMM dynamic, and none, against the
 /// default choice, on two small cases and one with more tiles than an H100/H200 has SMs in every row GEMM
 /// (T = 8192, k = 2: 16384 rows, 128+ row tiles), so that blocks come back to the queue. Each other choice
-/// runs twice per case: the counters one launch leaves must be zero for the next.
+/// runs twice per case: the counters one launch leaves must be zero for the next. The row tiles in groups of 8
+/// (`FastLayer::set_raster_m`) with each scheduler too.
 #[test]
 fn the_dynamic_tile_scheduler_changes_no_bits() {
     use moe_kernels::fast::KernelSettings;
@@ -213,6 +224,18 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
                 if let Err(msg) = same(&a, &b) {
                     panic!("MOE_FAST_DYNAMIC={choice}, case seed {seed} (T={t} H={h} I={i} E={e} k={k}), run {run}: {msg}");
                 }
+            }
+        }
+        // the row tiles fastest in groups of 8 (`set_raster_m`, the order the layer picks for large experts),
+        // with each scheduler: blocks that come back to the queue take the tiles in that order
+        for (choice, kernels) in [("default", &kern), ("all", &others[0].1), ("none", &others[1].1)] {
+            let mut layer = case.layer(&gpu, kernels, ws, true).expect("layer");
+            layer.set_raster_m(Some(8));
+            layer.poison_outputs().expect("poison");
+            layer.forward().expect("forward");
+            layer.backward().expect("backward");
+            if let Err(msg) = same(&a, &layer.trace().expect("trace")) {
+                panic!("MOE_FAST_DYNAMIC={choice} with groups of 8 row tiles, case seed {seed} (T={t} H={h} I={i} E={e} k={k}): {msg}");
             }
         }
     }

@@ -30,6 +30,12 @@ pub struct FastDims {
     pub top_k: usize,
 }
 
+/// `FastLayer::raster_for`: a persistent row GEMM whose weights per expert exceed this many bytes runs its tiles
+/// in groups of `RASTER_GROUP` row tiles (the H100's and H200's L2 hold 50 MB; 235b's W13 is 25 MB per expert,
+/// its W2 12.5 MB (measured: no gain), 30b's 6 MB).
+const RASTER_MIN_WEIGHT_BYTES: usize = 16 << 20;
+const RASTER_GROUP: i32 = 8;
+
 /// Mirrors `FastGemmParams` in `cuda/fast/fast_gemm.cu` field for field.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -58,8 +64,9 @@ struct GemmParams {
     inter: i32,
     alpha: f32,
     clamp_limit: f32,
+    raster_m: i32,
 }
-// SAFETY: plain old data with the C layout of FastGemmParams (pointers as u64, then i64s, i32s, f32s).
+// SAFETY: plain old data with the C layout of FastGemmParams (pointers as u64, then i64s, i32s, f32s, an i32).
 unsafe impl DeviceRepr for GemmParams {}
 
 /// Fill bf16 buffers with NaN (fc_fill_random with a NaN scale), so that a test sees any element left unwritten.
@@ -288,6 +295,9 @@ pub struct FastLayer<'g> {
     /// (a forward made them and X has not changed since)
     x_rows: CudaSlice<u16>,
     x_rows_fresh: bool,
+    /// the persistent row GEMMs' tile order: None = by the weights' size (`raster_for`), Some(0) = column tile
+    /// fastest, Some(G) = groups of G row tiles, row tile fastest
+    raster_m: Option<u32>,
     da_raw: CudaSlice<f32>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
 }
@@ -395,6 +405,7 @@ impl<'g> FastLayer<'g> {
             save_x_rows: true,
             x_rows: z16(1)?,
             x_rows_fresh: false,
+            raster_m: None,
             da_raw: zeros(gpu, if k.wgmma { rows * id } else { 1 })?,
             profile: None,
         })
@@ -490,6 +501,25 @@ impl<'g> FastLayer<'g> {
     /// same results. Supersedes `use_gemm1_gather_first`.
     pub fn use_saved_x_rows(&mut self, on: bool) {
         self.save_x_rows = on;
+    }
+
+    /// The persistent row GEMMs' tile order: `None` (the default) chooses per GEMM by the size of one expert's
+    /// weights (`RASTER_MIN_WEIGHT_BYTES`), `Some(0)` runs column tiles fastest everywhere, `Some(g)` groups of g
+    /// row tiles, row tile fastest inside a group, everywhere. The same tiles in another order: bitwise the same
+    /// results.
+    pub fn set_raster_m(&mut self, g: Option<u32>) {
+        self.raster_m = g;
+    }
+
+    /// The tile order of a persistent row GEMM whose weights are `n` x `k` bf16 per expert: groups of
+    /// `RASTER_GROUP` row tiles when those weights are large against L2 (235b's W13, 25 MB: the ~8 tiles that
+    /// read one weight column then start together, and dX ran 5% faster; 30b's 6 MB experts lost 1%: session 16).
+    fn raster_for(&self, n: i32, k: i32) -> i32 {
+        match self.raster_m {
+            Some(g) => g.min(1 << 16) as i32,
+            None if n as usize * k as usize * 2 > RASTER_MIN_WEIGHT_BYTES => RASTER_GROUP,
+            None => 0,
+        }
     }
 
     /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies), and the
@@ -617,6 +647,7 @@ impl<'g> FastLayer<'g> {
             if !self.k.dynamic(ws) {
                 p.tile_ctr = 0;  // the fixed tile order (see DEFAULT_DYNAMIC in kernels.rs)
             }
+            p.raster_m = self.raster_for(p.n_dim, p.k_dim);
             let cfg = self.persistent_config(ws, grid);
             let maps = self.tensor_maps(ws, &p)?;
             return self.launch(label, |me| me.launch_persistent(ws, cfg, &p, &maps));
