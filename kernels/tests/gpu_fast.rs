@@ -16,6 +16,17 @@ fn same(a: &FastTrace, b: &FastTrace) -> Result<(), String> {
     }
 }
 
+/// Forward and backward of `case` on a fresh layer (every row gather copied first, as `FastCase::run`) with
+/// `setting` applied and its outputs NaN-poisoned first, and everything it stored.
+fn run_poisoned(case: &FastCase, gpu: &Gpu, kern: &FastKernels, engine: Engine, setting: impl FnOnce(&mut FastLayer)) -> FastTrace {
+    let mut layer = case.layer(gpu, kern, engine, true).expect("layer");
+    setting(&mut layer);
+    layer.poison_outputs().expect("poison");
+    layer.forward().expect("forward");
+    layer.backward().expect("backward");
+    layer.trace().expect("trace")
+}
+
 /// Run one case twice (the second time on fresh buffers poisoned with NaN), demand bitwise equality, and
 /// check the first run fully against the oracle. Returns (worst error/bound, elements checked).
 #[allow(clippy::too_many_arguments)]
@@ -51,22 +62,12 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
         }
         // X's rows not kept from forward (copied into the o buffer for GEMM1, gathered again for grad_w13)
         // instead of kept (the default, `first`): the same bits
-        let mut layer = case.layer(gpu, kern, engine, true).expect("layer");
-        layer.use_saved_x_rows(false);
-        layer.poison_outputs().expect("poison");
-        layer.forward().expect("forward");
-        layer.backward().expect("backward");
-        if let Err(msg) = same(&first, &layer.trace().expect("trace")) {
+        if let Err(msg) = same(&first, &run_poisoned(&case, gpu, kern, engine, |l| l.use_saved_x_rows(false))) {
             panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): X's rows gathered twice differ from kept: {msg}");
         }
         // the row GEMMs' tiles in groups of 3 row tiles, row tile fastest (`set_raster_m`; the default orders
         // column tiles fastest at these sizes): the same tiles, every one written once (NaN-poisoned buffers)
-        let mut layer = case.layer(gpu, kern, engine, true).expect("layer");
-        layer.set_raster_m(Some(3));
-        layer.poison_outputs().expect("poison");
-        layer.forward().expect("forward");
-        layer.backward().expect("backward");
-        if let Err(msg) = same(&first, &layer.trace().expect("trace")) {
+        if let Err(msg) = same(&first, &run_poisoned(&case, gpu, kern, engine, |l| l.set_raster_m(Some(3)))) {
             panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): tiles in groups of 3 row tiles differ: {msg}");
         }
         // X replaced between forward and backward: the kept rows are stale, and the backward must gather the
@@ -229,12 +230,7 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
         // the row tiles fastest in groups of 8 (`set_raster_m`, the order the layer picks for large experts),
         // with each scheduler: blocks that come back to the queue take the tiles in that order
         for (choice, kernels) in [("default", &kern), ("all", &others[0].1), ("none", &others[1].1)] {
-            let mut layer = case.layer(&gpu, kernels, ws, true).expect("layer");
-            layer.set_raster_m(Some(8));
-            layer.poison_outputs().expect("poison");
-            layer.forward().expect("forward");
-            layer.backward().expect("backward");
-            if let Err(msg) = same(&a, &layer.trace().expect("trace")) {
+            if let Err(msg) = same(&a, &run_poisoned(&case, &gpu, kernels, ws, |l| l.set_raster_m(Some(8)))) {
                 panic!("MOE_FAST_DYNAMIC={choice} with groups of 8 row tiles, case seed {seed} (T={t} H={h} I={i} E={e} k={k}): {msg}");
             }
         }
