@@ -66,8 +66,8 @@ pub struct BenchGpuArgs {
 /// The environment variables of the layer's switches (`layer_switches`).
 const LAYER_VARIABLES: [&str; 4] = ["MOE_FAST_GATHER_FIRST", "MOE_FAST_GEMM1_GATHER_FIRST", "MOE_FAST_SAVE_X_ROWS", "MOE_FAST_RASTER_M"];
 
-/// The persistent engine's layer switches: `FastLayer::use_gather_first` and `use_saved_x_rows` (on unless
-/// "0"), `use_gemm1_gather_first` (off unless "1"), `set_raster_m` ("auto", the default, or a row-tile count).
+/// The persistent engine's layer switches: `FastLayer::use_gather_first` (on unless "0"), `use_gemm1_gather_first`
+/// and `use_saved_x_rows` (off unless "1"), `set_raster_m` ("auto", the default, or a row-tile count).
 #[derive(Debug, PartialEq)]
 struct LayerSwitches {
     gather_first: bool,
@@ -87,7 +87,7 @@ fn layer_switches(assignments: &[(String, String)]) -> Result<LayerSwitches, Cli
     Ok(LayerSwitches {
         gather_first: var(gather).as_deref() != Some("0"),
         gemm1_gather_first: var(gemm1).as_deref() == Some("1"),
-        save_x_rows: var(save_x).as_deref() != Some("0"),
+        save_x_rows: var(save_x).as_deref() == Some("1"),
         raster_m,
     })
 }

@@ -60,10 +60,16 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
         if let Err(msg) = same(&first, &layer.trace().expect("trace")) {
             panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): backward after recompute_h differs: {msg}");
         }
-        // X's rows not kept from forward (copied into the o buffer for GEMM1, gathered again for grad_w13)
-        // instead of kept (the default, `first`): the same bits
-        if let Err(msg) = same(&first, &run_poisoned(&case, gpu, kern, engine, |l| l.use_saved_x_rows(false))) {
-            panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): X's rows gathered twice differ from kept: {msg}");
+        // X's rows not kept from forward (the default), gathered in GEMM1's loads (the default) or copied into
+        // the o buffer first, and gathered again for grad_w13, against kept (`first`): the same bits
+        for gemm1_copy in [false, true] {
+            let trace = run_poisoned(&case, gpu, kern, engine, |l| {
+                l.use_saved_x_rows(false);
+                l.use_gemm1_gather_first(gemm1_copy);
+            });
+            if let Err(msg) = same(&first, &trace) {
+                panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): X's rows not kept (GEMM1 copy first: {gemm1_copy}) differ from kept: {msg}");
+            }
         }
         // the row GEMMs' tiles in groups of 3 row tiles, row tile fastest (`set_raster_m`; the default orders
         // column tiles fastest at these sizes): the same tiles, every one written once (NaN-poisoned buffers)

@@ -402,7 +402,7 @@ impl<'g> FastLayer<'g> {
             persistent: k.wgmma,
             gather_first: true,
             gemm1_gather_first: false,
-            save_x_rows: true,
+            save_x_rows: false,
             x_rows: z16(1)?,
             x_rows_fresh: false,
             raster_m: None,
@@ -495,10 +495,11 @@ impl<'g> FastLayer<'g> {
     }
 
     /// With the persistent engine, copy X's rows into expert order before GEMM1 into a buffer kept until the
-    /// backward (rows x H bf16), so that GEMM1 reads A by TMA and grad_w13 needs no second gather of X (on by
-    /// default: session 16, H100, forward+backward 0.984x the time on 30b, 0.989x on 235b; costs rows x H x 2
-    /// bytes, 512 MiB on 30b at T = 16384, what PyTorch's grouped-GEMM layer keeps as `x[order]`); bitwise the
-    /// same results. Supersedes `use_gemm1_gather_first`.
+    /// backward (rows x H bf16), so that GEMM1 reads A by TMA and grad_w13 needs no second gather of X. Off by
+    /// default: issue #6 asks for no permuted copy of X and at most X and H kept per token; on, it keeps k
+    /// copies of X's rows (512 MiB on 30b at T = 16384, what PyTorch's grouped-GEMM layer keeps as `x[order]`)
+    /// for forward+backward in 0.984x the time on 30b, 0.989x on 235b (session 16, H100). Bitwise the same
+    /// results. Supersedes `use_gemm1_gather_first`.
     pub fn use_saved_x_rows(&mut self, on: bool) {
         self.save_x_rows = on;
     }
