@@ -36,6 +36,16 @@ pub struct FastDims {
 const RASTER_MIN_WEIGHT_BYTES: usize = 16 << 20;
 const RASTER_GROUP: i32 = 8;
 
+/// `FastGemmParams.raster_m` for a persistent row GEMM with `n` x `k` bf16 weights per expert under the
+/// layer's setting (`FastLayer::set_raster_m`).
+fn raster_group(setting: Option<u32>, n: i32, k: i32) -> i32 {
+    match setting {
+        Some(g) => g.min(1 << 16) as i32,
+        None if n.max(0) as usize * k.max(0) as usize * 2 > RASTER_MIN_WEIGHT_BYTES => RASTER_GROUP,
+        None => 0,
+    }
+}
+
 /// Mirrors `FastGemmParams` in `cuda/fast/fast_gemm.cu` field for field.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -516,11 +526,7 @@ impl<'g> FastLayer<'g> {
     /// `RASTER_GROUP` row tiles when those weights are large against L2 (235b's W13, 25 MB: the ~8 tiles that
     /// read one weight column then start together, and dX ran 5% faster; 30b's 6 MB experts lost 1%: session 16).
     fn raster_for(&self, n: i32, k: i32) -> i32 {
-        match self.raster_m {
-            Some(g) => g.min(1 << 16) as i32,
-            None if n as usize * k as usize * 2 > RASTER_MIN_WEIGHT_BYTES => RASTER_GROUP,
-            None => 0,
-        }
+        raster_group(self.raster_m, n, k)
     }
 
     /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies), and the
@@ -1250,6 +1256,19 @@ mod tests {
         assert_eq!(std::mem::size_of::<GemmParams>(), 13 * 8 + 5 * 8 + 4 * 4 + 2 * 4 + 4 + 4);
         assert_eq!(std::mem::align_of::<GemmParams>(), 8);
         assert_eq!(std::mem::offset_of!(GemmParams, raster_m), 13 * 8 + 5 * 8 + 4 * 4 + 2 * 4);
+    }
+
+    #[test]
+    fn large_experts_get_the_grouped_tile_order() {
+        // (n, k) of GEMM1, GEMM2, dA_raw, dX: qwen3-235b-a22b (H 4096, I 1536) and qwen3-30b-a3b (H 2048, I 768)
+        let shapes = |h: i32, i: i32| [(2 * i, h), (h, i), (i, h), (h, 2 * i)];
+        // 235b: W13 is 25 MB per expert (grouped: GEMM1 and dX), W2 12.5 MB (not: measured no gain)
+        assert_eq!(shapes(4096, 1536).map(|(n, k)| raster_group(None, n, k)), [8, 0, 0, 8]);
+        assert_eq!(shapes(2048, 768).map(|(n, k)| raster_group(None, n, k)), [0; 4]);
+        // a setting wins everywhere
+        assert_eq!(shapes(4096, 1536).map(|(n, k)| raster_group(Some(0), n, k)), [0; 4]);
+        assert_eq!(shapes(2048, 768).map(|(n, k)| raster_group(Some(3), n, k)), [3; 4]);
+        assert_eq!(raster_group(Some(u32::MAX), 8, 8), 1 << 16);
     }
 
     #[test]
