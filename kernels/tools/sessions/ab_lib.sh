@@ -18,3 +18,24 @@ layer_tests() { # bindir until
         echo "== $1/$t rc $? at ${SECONDS}s"; grep -E "test result|panicked" $OUT/$t.log | head -3
     done
 }
+# `baselines UNTIL LABEL` runs both presets against the PyTorch baseline (main's build, the environment's
+# settings: prefix variables to the call to set them) into $OUT/bench-PRESET.log, each only if the script has
+# run at most UNTIL seconds, and prints the summary.
+baselines() { # until label
+    for p in qwen3-30b-a3b qwen3-235b-a22b; do
+        [ $SECONDS -gt $1 ] && break
+        timeout 170 .gpu/bin/moe-oracle bench-gpu --preset $p --tokens 16384 --engines ws --reps 10 --check-tokens 1 \
+            --check-wgrad 32 --baseline .gpu/bench/torch_moe_baseline.py > $OUT/bench-$p.log 2>&1
+        echo "== $2 $p with the baseline rc $? at ${SECONDS}s"
+        grep -E "^fast|oracle|^\||speedup|^  [a-z]|memory" $OUT/bench-$p.log | grep -v route | cut -c1-160 | head -26
+    done
+}
+# `ncu_235b KERNEL TIMEOUT LABEL` profiles two launches of persistent GEMM KERNEL (e.g. ws_rows_bmn) in one 235b
+# forward+backward (SpeedOfLight, MemoryWorkloadAnalysis) into $OUT/prof.ncu-rep and prints the memory lines.
+ncu_235b() { # kernel timeout label
+    local ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu)
+    timeout $2 $ncu -k regex:"^$1\$" --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o $OUT/prof \
+        .gpu/bin/moe-oracle bench-gpu --preset qwen3-235b-a22b --tokens 16384 --engines ws --reps 1 --check-tokens 0 > $OUT/ncu.log 2>&1
+    echo "== ncu 235b $3 rc $? at ${SECONDS}s"
+    $ncu -i $OUT/prof.ncu-rep --page details 2>&1 | grep -E "$1|Duration|DRAM Throughput|L2 Hit Rate|L1/TEX Hit|Memory Throughput|Mem Busy|Max Bandwidth|Compute \(SM\)" | head -24
+}

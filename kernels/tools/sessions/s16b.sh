@@ -17,18 +17,6 @@ AB_UNTIL=200 ab qwen3-235b-a22b 8 235-save-x "MOE_FAST_SAVE_X_ROWS=1"
 AB_UNTIL=230 ab qwen3-30b-a3b 16 30-staged2 "MOE_FAST_DEFINES=WS_PARTIAL_STAGED=2"
 AB_UNTIL=230 ab qwen3-235b-a22b 8 235-staged2 "MOE_FAST_DEFINES=WS_PARTIAL_STAGED=2"
 AB_UNTIL=260 ab qwen3-30b-a3b 16 30-both "MOE_FAST_SAVE_X_ROWS=1; MOE_FAST_DEFINES=WS_PARTIAL_STAGED=2"
-for p in qwen3-30b-a3b qwen3-235b-a22b; do
-  [ $SECONDS -gt 400 ] && break
-  MOE_FAST_SAVE_X_ROWS=1 MOE_FAST_DEFINES=WS_PARTIAL_STAGED=2 timeout 170 .gpu/bin/moe-oracle bench-gpu --preset $p \
-      --tokens 16384 --engines ws --reps 10 --check-tokens 1 --check-wgrad 32 --baseline .gpu/bench/torch_moe_baseline.py > $OUT/bench-$p.log 2>&1
-  echo "== candidate default $p with the baseline rc $? at ${SECONDS}s"
-  grep -E "^fast|oracle|^\||speedup|^  [a-z]|memory" $OUT/bench-$p.log | grep -v route | cut -c1-160 | head -26
-done
-if [ $SECONDS -lt 480 ]; then
-  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu)
-  timeout 100 $NCU -k regex:'^ws_rows_bmn$' --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o $OUT/prof \
-     .gpu/bin/moe-oracle bench-gpu --preset qwen3-235b-a22b --tokens 16384 --engines ws --reps 1 --check-tokens 0 > $OUT/ncu.log 2>&1
-  echo "== ncu 235b rc $? at ${SECONDS}s"
-  $NCU -i $OUT/prof.ncu-rep --page details 2>&1 | grep -E "ws_rows_bmn|Duration|DRAM Throughput|L2 Hit Rate|L1/TEX Hit|Memory Throughput|Mem Busy|Max Bandwidth" | head -24
-fi
+MOE_FAST_SAVE_X_ROWS=1 MOE_FAST_DEFINES=WS_PARTIAL_STAGED=2 baselines 400 "candidate default"
+[ $SECONDS -lt 480 ] && ncu_235b ws_rows_bmn 100 dX
 echo total ${SECONDS}s

@@ -11,13 +11,7 @@ REQUIRE_GPU=1 timeout 170 .gpu/bin/gpu_fast --test-threads=1 > $OUT/gpu_fast.log
 echo "== gpu_fast rc $? at ${SECONDS}s"; grep -E "^test |test result|panicked" $OUT/gpu_fast.log | cut -c1-300 | head -8
 . kernels/tools/sessions/ab_lib.sh
 layer_tests .gpu/bin 200
-for p in qwen3-30b-a3b qwen3-235b-a22b; do
-  [ $SECONDS -gt 330 ] && break
-  timeout 170 .gpu/bin/moe-oracle bench-gpu --preset $p --tokens 16384 --engines ws --reps 10 --check-tokens 1 \
-      --check-wgrad 32 --baseline .gpu/bench/torch_moe_baseline.py > $OUT/bench-$p.log 2>&1
-  echo "== default $p with the baseline rc $? at ${SECONDS}s"
-  grep -E "^fast|oracle|^\||speedup|^  [a-z]|memory" $OUT/bench-$p.log | grep -v route | cut -c1-160 | head -26
-done
+baselines 330 default
 AB_UNTIL=420 ab qwen3-235b-a22b 8 235-raster0 "MOE_FAST_RASTER_M=0"
 AB_UNTIL=450 ab qwen3-235b-a22b 8 235-cl-wgrad "MOE_FAST_CLUSTERED=ws_wgrad"
 AB_UNTIL=480 ab qwen3-30b-a3b 16 30-cl-wgrad "MOE_FAST_CLUSTERED=ws_wgrad"

@@ -16,11 +16,5 @@ if [ $SECONDS -lt 200 ]; then
   echo "== default 235b with the baseline rc $? at ${SECONDS}s"
   grep -E "^fast|^\||speedup|^  [a-z]" $OUT/bench-235b.log | grep -v route | cut -c1-160 | head -20
 fi
-if [ $SECONDS -lt 260 ]; then
-  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu)
-  timeout 70 $NCU -k regex:'^ws_wgrad$' --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o $OUT/prof \
-     .gpu/bin/moe-oracle bench-gpu --preset qwen3-235b-a22b --tokens 16384 --engines ws --reps 1 --check-tokens 0 > $OUT/ncu.log 2>&1
-  echo "== ncu 235b ws_wgrad rc $? at ${SECONDS}s"
-  $NCU -i $OUT/prof.ncu-rep --page details 2>&1 | grep -E "ws_wgrad|Duration|DRAM Throughput|L2 Hit Rate|Max Bandwidth|Mem Busy|Compute \(SM\)" | head -16
-fi
+[ $SECONDS -lt 260 ] && ncu_235b ws_wgrad 70 "weight gradients"
 echo total ${SECONDS}s
