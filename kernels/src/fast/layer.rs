@@ -30,9 +30,10 @@ pub struct FastDims {
     pub top_k: usize,
 }
 
-/// `FastLayer::raster_for`: a persistent row GEMM whose weights per expert exceed this many bytes runs its tiles
-/// in groups of `RASTER_GROUP` row tiles (the H100's and H200's L2 hold 50 MB; 235b's W13 is 25 MB per expert,
-/// its W2 12.5 MB (measured: no gain), 30b's 6 MB).
+/// `raster_group`: a persistent row GEMM whose weights per expert exceed this many bytes runs its tiles in groups
+/// of `RASTER_GROUP` row tiles, so that the ~8 tiles reading one weight column start together (the H100's and
+/// H200's L2 hold 50 MB; 235b's W13 is 25 MB per expert: dX 5% faster; its W2 12.5 MB: no gain; 30b's 6 MB experts
+/// lost 1%: session 16).
 const RASTER_MIN_WEIGHT_BYTES: usize = 16 << 20;
 const RASTER_GROUP: i32 = 8;
 
@@ -305,7 +306,7 @@ pub struct FastLayer<'g> {
     /// (a forward made them and X has not changed since)
     x_rows: CudaSlice<u16>,
     x_rows_fresh: bool,
-    /// the persistent row GEMMs' tile order: None = by the weights' size (`raster_for`), Some(0) = column tile
+    /// the persistent row GEMMs' tile order: None = by the weights' size (`raster_group`), Some(0) = column tile
     /// fastest, Some(G) = groups of G row tiles, row tile fastest
     raster_m: Option<u32>,
     da_raw: CudaSlice<f32>,
@@ -522,13 +523,6 @@ impl<'g> FastLayer<'g> {
         self.raster_m = g;
     }
 
-    /// The tile order of a persistent row GEMM whose weights are `n` x `k` bf16 per expert: groups of
-    /// `RASTER_GROUP` row tiles when those weights are large against L2 (235b's W13, 25 MB: the ~8 tiles that
-    /// read one weight column then start together, and dX ran 5% faster; 30b's 6 MB experts lost 1%: session 16).
-    fn raster_for(&self, n: i32, k: i32) -> i32 {
-        raster_group(self.raster_m, n, k)
-    }
-
     /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies), and the
     /// SwiGLU backward as a row-wise kernel after an f32 dA_raw GEMM (Hopper only).
     pub fn use_wgmma_direct(&mut self, on: bool) -> Result<(), GpuError> {
@@ -654,7 +648,7 @@ impl<'g> FastLayer<'g> {
             if !self.k.dynamic(ws) {
                 p.tile_ctr = 0;  // the fixed tile order (see DEFAULT_DYNAMIC in kernels.rs)
             }
-            p.raster_m = self.raster_for(p.n_dim, p.k_dim);
+            p.raster_m = raster_group(self.raster_m, p.n_dim, p.k_dim);
             let cfg = self.persistent_config(ws, grid);
             let maps = self.tensor_maps(ws, &p)?;
             return self.launch(label, |me| me.launch_persistent(ws, cfg, &p, &maps));
