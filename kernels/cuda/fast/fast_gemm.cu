@@ -398,7 +398,7 @@ __device__ __forceinline__ void fast_gemm(const FastGemmParams& p) {
                         if (c == 1 && !two) break;
                         float g = bf16_to_f32(hrow[q + c]), u = bf16_to_f32(hrow[p.inter + q + c]);
                         float a = bf16_to_f32(f32_to_bf16(swiglu_f(g, u, p.alpha, p.clamp_limit)));
-                        float d = acc[i][j][2 * hf + c];
+                        float d = bf16_to_f32(f32_to_bf16(acc[i][j][2 * hf + c]));  // dA_raw as stored in bf16 (fc_swiglu_bwd_rows)
                         rowdot[i][hf] = fmaf(d, a, rowdot[i][hf]);
                         float gg, uu;
                         swiglu_b(g, u, w * d, p.alpha, p.clamp_limit, gg, uu);

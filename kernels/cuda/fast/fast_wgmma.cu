@@ -3,7 +3,7 @@
 // m64n256k16 on its 64 rows; one commit group kept in flight.
 //   wg_gemm1_swiglu, wg_rows: A and B K-major (GEMM1 + SwiGLU, GEMM2; dX with transposed weights)
 //   wg_dgrad_swiglu: dA with the SwiGLU backward fused in the epilogue (transposed W2)
-//   wg_rows_bmn(_f32): B MN-major, i.e. the weights read as stored: dX rows, and dA_raw in f32 for the
+//   wg_rows_bmn(_f32): B MN-major, i.e. the weights read as stored: dX rows, and dA_raw (bf16) for the
 //                     row-wise fc_swiglu_bwd_rows (the default backward: no transposed copies, and the
 //                     SwiGLU backward outside the GEMM, where it measured 4x faster than in the epilogue)
 //   wg_wgrad: both operands MN-major, the weight gradients over each expert's rows
@@ -255,7 +255,7 @@ __device__ __forceinline__ void wg_epilogue_rows(const FastGemmParams& p, float*
                         float g = bf16_to_f32((bf16_t)(c ? gp[jj] >> 16 : gp[jj] & 0xffffu));
                         float u = bf16_to_f32((bf16_t)(c ? up[jj] >> 16 : up[jj] & 0xffffu));
                         float a = bf16_to_f32(f32_to_bf16(swiglu_f(g, u, p.alpha, p.clamp_limit)));
-                        float dv = d[4 * j + 2 * hf + c];
+                        float dv = bf16_to_f32(f32_to_bf16(d[4 * j + 2 * hf + c]));  // dA_raw as stored in bf16 (fc_swiglu_bwd_rows)
                         rowdot = fmaf(dv, a, rowdot);
                         float gg, uu;
                         swiglu_b(g, u, w * dv, p.alpha, p.clamp_limit, gg, uu);
@@ -403,32 +403,33 @@ extern "C" __global__ void __launch_bounds__(256, 1) wg_gemm1_swiglu(const FastG
 extern "C" __global__ void __launch_bounds__(256, 1) wg_rows(const FastGemmParams p) { WG_BODY(EPI_STORE) }
 extern "C" __global__ void __launch_bounds__(256, 1) wg_dgrad_swiglu(const FastGemmParams p) { WG_BODY(EPI_SWIGLU_BWD) }
 extern "C" __global__ void __launch_bounds__(256, 1) wg_wgrad(const FastGemmParams p) { WG_WGRAD_BODY }
-// weights read as stored (N-contiguous B): dX rows (bf16) and dA_raw (f32, for fc_swiglu_bwd_rows)
+// weights read as stored (N-contiguous B): dX rows and dA_raw (bf16, for fc_swiglu_bwd_rows); _f32 stores f32
+// (dA_raw's until session 17; no caller now)
 extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn(const FastGemmParams p) { WG_BODY_BMN(EPI_STORE) }
 extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn_f32(const FastGemmParams p) { WG_BODY_BMN(EPI_STORE_F32) }
 
-// SwiGLU backward on whole rows, one warp per row, from dA_raw = dY[token]·W2 (f32, unweighted): dA = w·dA_raw,
+// SwiGLU backward on whole rows, one warp per row, from dA_raw = dY[token]·W2 (unweighted, stored in bf16 as
+// PyTorch stores dA and as the oracle's bf16 recipe keeps it: session 17 halved its bytes): dA = w·dA_raw,
 // A recomputed from H exactly as the forward did, dH and A' = w·A stored in bf16, and the routing-weight
 // gradient's row sum <dA_raw, A> into ds_row[r]: each lane sums its 8-column chunks (columns 8 lane + 256 i)
 // in column order, then a fixed butterfly across the lanes. 16-byte loads and stores (I is a multiple of 8).
-extern "C" __global__ void fc_swiglu_bwd_rows(const float* __restrict__ da_raw, const bf16_t* __restrict__ h,
+extern "C" __global__ void fc_swiglu_bwd_rows(const bf16_t* __restrict__ da_raw, const bf16_t* __restrict__ h,
                                               const float* __restrict__ row_w, bf16_t* __restrict__ dh,
                                               bf16_t* __restrict__ aw, float* __restrict__ ds_row, int rows,
                                               int inter, float alpha, float clamp_limit) {
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (r >= rows) return;
     float w = row_w[r];
-    const float* drow = da_raw + (long long)r * inter;
+    const bf16_t* drow = da_raw + (long long)r * inter;
     const bf16_t* hrow = h + (long long)r * 2 * inter;
     bf16_t* dhrow = dh + (long long)r * 2 * inter;
     bf16_t* arow = aw + (long long)r * inter;
     float rowdot = 0.0f;
 #pragma unroll 2
     for (int q = 8 * lane; q < inter; q += 256) {
-        const float4 d0 = __ldcs((const float4*)(drow + q)), d1 = __ldcs((const float4*)(drow + q + 4));
+        const uint4 dp = __ldcs((const uint4*)(drow + q));
         const uint4 gp = *(const uint4*)(hrow + q), up = *(const uint4*)(hrow + inter + q);
-        const float dv[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
-        const unsigned gw[4] = {gp.x, gp.y, gp.z, gp.w}, uw[4] = {up.x, up.y, up.z, up.w};
+        const unsigned dw[4] = {dp.x, dp.y, dp.z, dp.w}, gw[4] = {gp.x, gp.y, gp.z, gp.w}, uw[4] = {up.x, up.y, up.z, up.w};
         unsigned dg[4], du[4], ap[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -437,7 +438,7 @@ extern "C" __global__ void fc_swiglu_bwd_rows(const float* __restrict__ da_raw, 
             for (int c = 0; c < 2; ++c) {
                 float g = bf16_to_f32((bf16_t)(c ? gw[i] >> 16 : gw[i] & 0xffffu));
                 float u = bf16_to_f32((bf16_t)(c ? uw[i] >> 16 : uw[i] & 0xffffu));
-                float d = dv[2 * i + c], af, gg, uu;
+                float d = bf16_to_f32((bf16_t)(c ? dw[i] >> 16 : dw[i] & 0xffffu)), af, gg, uu;
                 swiglu_fb(g, u, w * d, alpha, clamp_limit, af, gg, uu);  // one exponential for A and its gradient
                 float a = bf16_to_f32(f32_to_bf16(af));
                 rowdot = fmaf(d, a, rowdot);

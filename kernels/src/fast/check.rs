@@ -1,8 +1,9 @@
 //! Stage-by-stage check of the fast kernels against the exact oracle. Each stage the kernels store (H, A, o,
 //! y, dH, A', dX rows, grad.x, the weight gradients, grad.topk_weights) is recomputed exactly
 //! (`moe_reference::exact`) from the kernels' own stored inputs to that stage, and must lie within an a-priori
-//! bound; the one stage that is never stored, dA = w·(dY·W2), is carried through the bound of the stage that
-//! consumes it (dH), and the routing-weight gradient is bounded through its two-level sum.
+//! bound; dA_raw = dY·W2 (stored in bf16 by the default engines, rounded to bf16 in registers by the fused
+//! ones, and not downloaded) is carried through the bounds of the stages that consume it (dH, through
+//! dA = w·dA_raw, and the routing-weight gradient, bounded through its two-level sum).
 //!
 //! Bounds. A dot of K bf16 products accumulated in f32 errs by at most γ_K·Σ|a·b| (γ_K = K·u/(1 − K·u),
 //! u = 2^-24). The tensor cores do not add in IEEE f32: per the model in `shared/docs/numerics.md` each
@@ -130,15 +131,16 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
                 let pairs: Vec<(f64, f64)> = (0..id).map(|q| (a(q), w2(e, n, q))).collect();
                 worst = worst.max(dots("fwd.o", &|| format!("row {r} col {n}"), bf(tr.o[r * hd + n]), &pairs, UBF)?);
             }
-            // dH through the unstored dA = w·(dY·W2): exact D_q, its f32/tensor-core error, then the SwiGLU
-            // backward (linear in dA) and bf16 storage.
+            // dH through dA = w·dA_raw, dA_raw = dY·W2: exact D_q, its f32/tensor-core error and its bf16
+            // rounding (d_err), w·dA_raw in f32, then the SwiGLU backward (linear in dA) and bf16 storage.
             let mut s2 = 0.0f64;
             for q in 0..id {
                 let pairs: Vec<(f64, f64)> = (0..hd).map(|k| (dy(t, k), w2(e, k, q))).collect();
                 let dq = exact::dot(pairs.iter().copied());
                 let pq: f64 = pairs.iter().map(|(p, v)| (p * v).abs()).sum();
                 s2 += a(q).abs() * pq;
-                let d_err = gamma(hd) * pq * (1.0 + 1e-12) + (hd as f64 + 1.0) * 2f64.powi(-150);
+                let acc_err = gamma(hd) * pq * (1.0 + 1e-12) + (hd as f64 + 1.0) * 2f64.powi(-150);
+                let d_err = acc_err + UBF * (dq.abs() + acc_err) + 2f64.powi(-134);
                 let delta = w.abs() * d_err + U32 * w.abs() * (dq.abs() + d_err) + 2f64.powi(-149);
                 let (gv, uv) = (h(q), h(id + q));
                 let (gg, gu) = act::backward(c.act, gv, uv, 1.0);
@@ -152,12 +154,16 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
                 }
             }
             // grad.topk_weights = <dY, o> with o = A·W2ᵀ exactly: Σ_q A_q·Σ_c dY_c·W2_cq, as the kernel
-            // computes it (f32 dots, then a chain of at most I + 16 f32 additions over the columns).
+            // computes it (f32 dots rounded to bf16, dA_raw, then a chain of at most I + 16 f32 additions over
+            // the columns): each dA_raw_q errs by at most g1·Σ_c|dY_c·W2_cq| (g1: the dot's γ and the bf16
+            // rounding, |D_q| being at most that sum) plus bf16's underflow.
             {
                 let pairs: Vec<(f64, f64)> = (0..id).flat_map(|q| (0..hd).map(move |k| (q, k))).map(|(q, k)| (dy(t, k) * w2(e, k, q), a(q))).collect();
                 let exact_ds = exact::dot(pairs.iter().copied());
                 let gi = gamma(id + 16);
-                let bound = (gamma(hd) * (1.0 + gi) + gi) * (1.0 + gamma(hd)) * s2 * (1.0 + 1e-12) + (hd * id) as f64 * 2f64.powi(-149);
+                let g1 = gamma(hd) + UBF * (1.0 + gamma(hd));
+                let a_sum: f64 = (0..id).map(|q| a(q).abs()).sum();
+                let bound = (g1 * (1.0 + gi) + gi) * (1.0 + g1) * s2 * (1.0 + 1e-12) + (hd * id) as f64 * 2f64.powi(-149) + a_sum * 2f64.powi(-133);
                 let got = tr.grad_topk_weights[t * kk + j] as f64;
                 worst = worst.max(within("grad.topk_weights", &|| format!("[{t}, {j}]"), got, exact_ds, bound)?);
             }
@@ -292,10 +298,12 @@ mod tests {
             for n in 0..2 * id {
                 h[r * 2 * id + n] = b(exact::dot((0..hd).map(|c| (x[[t, c]], w13[[e, n, c]]))));
             }
+            // dA_raw rounded to bf16, as the kernels keep it
+            let da_raw: Vec<f64> = (0..id).map(|q| bf(b(exact::dot((0..hd).map(|c| (dy[t * hd + c], w2[[e, c, q]])))))).collect();
             for q in 0..id {
                 let (gv, uv) = (bf(h[r * 2 * id + q]), bf(h[r * 2 * id + id + q]));
                 a[r * id + q] = b(act::forward(Activation::Swiglu, gv, uv));
-                let dq = exact::dot((0..hd).map(|c| (dy[t * hd + c], w2[[e, c, q]])));
+                let dq = da_raw[q];
                 let (dg, du) = act::backward(Activation::Swiglu, gv, uv, wt * dq);
                 dh[r * 2 * id + q] = b(dg);
                 dh[r * 2 * id + id + q] = b(du);
@@ -305,8 +313,7 @@ mod tests {
                 o[r * hd + n] = b(exact::dot((0..id).map(|q| (bf(a[r * id + q]), w2[[e, n, q]]))));
                 dxr[r * hd + n] = b(exact::dot((0..2 * id).map(|c| (bf(dh[r * 2 * id + c]), w13[[e, c, n]]))));
             }
-            let pairs = (0..id).flat_map(|q| (0..hd).map(move |c| (q, c)));
-            ds[t * kk + j] = exact::dot(pairs.map(|(q, c)| (dy[t * hd + c] * w2[[e, c, q]], bf(a[r * id + q])))) as f32;
+            ds[t * kk + j] = exact::dot((0..id).map(|q| (da_raw[q], bf(a[r * id + q])))) as f32;
         }
         let (mut y, mut gx) = (vec![0u16; t_n * hd], vec![0u16; t_n * hd]);
         for t in 0..t_n {
@@ -371,9 +378,10 @@ mod tests {
             ("y", |t| t.y[9] = t.y[9].wrapping_add(4)),
             ("grad.x", |t| t.grad_x[4] = t.grad_x[4].wrapping_add(4)),
             ("grad.topk_weights", |t| {
-                // 5% on the first used slot: its bound is relative to Σ|terms|, not to the value
+                // 25% on the first used slot: its bound is relative to Σ|terms|, not to the value, and since
+                // dA_raw is rounded to bf16 (session 17) about 2^-8 of that sum (5% passed after that)
                 if let Some(v) = t.grad_topk_weights.iter_mut().find(|v| **v != 0.0) {
-                    *v *= 1.05;
+                    *v *= 1.25;
                 }
             }),
             ("grad.w13", |t| t.grad_w13[17] = t.grad_w13[17].wrapping_add(4)),

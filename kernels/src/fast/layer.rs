@@ -288,7 +288,7 @@ pub struct FastLayer<'g> {
     wgmma: bool,
     wgrad_wgmma: bool,
     /// wgmma data gradients reading the weights as stored (MN-major B) and the SwiGLU backward as its own
-    /// row-wise kernel over dA_raw (f32), instead of transposed weights and the fused epilogue
+    /// row-wise kernel over dA_raw (bf16), instead of transposed weights and the fused epilogue
     direct: bool,
     /// the default engine's GEMMs as persistent warp-specialised kernels (fast_ws.cu)
     persistent: bool,
@@ -309,7 +309,8 @@ pub struct FastLayer<'g> {
     /// the persistent row GEMMs' tile order: None = by the weights' size (`raster_group`), Some(0) = column tile
     /// fastest, Some(G) = groups of G row tiles, row tile fastest
     raster_m: Option<u32>,
-    da_raw: CudaSlice<f32>,
+    /// dA_raw = dY[token]·W2 (unweighted), bf16: the direct backward's input to fc_swiglu_bwd_rows
+    da_raw: CudaSlice<u16>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
 }
 
@@ -417,7 +418,7 @@ impl<'g> FastLayer<'g> {
             x_rows: z16(1)?,
             x_rows_fresh: false,
             raster_m: None,
-            da_raw: zeros(gpu, if k.wgmma { rows * id } else { 1 })?,
+            da_raw: z16(if k.wgmma { rows * id } else { 1 })?,
             profile: None,
         })
     }
@@ -524,7 +525,7 @@ impl<'g> FastLayer<'g> {
     }
 
     /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies), and the
-    /// SwiGLU backward as a row-wise kernel after an f32 dA_raw GEMM (Hopper only).
+    /// SwiGLU backward as a row-wise kernel after a bf16 dA_raw GEMM (Hopper only).
     pub fn use_wgmma_direct(&mut self, on: bool) -> Result<(), GpuError> {
         if on {
             self.use_wgmma_wgrad(true)?;
@@ -938,13 +939,13 @@ impl<'g> FastLayer<'g> {
         if self.direct {
             p.c = self.ptr(&self.da_raw);
             p.ldc = id as i64;
-            self.gemm("wg_rows_bmn_f32", "dA_raw", (id.div_ceil(WG_TILE_N), tiles, 1), p)?;
+            self.gemm("wg_rows_bmn", "dA_raw", (id.div_ceil(WG_TILE_N), tiles, 1), p)?;
             if self.rows > 0 {
                 let (rows_i, ii) = (self.rows as i32, id as i32);
                 let (alpha, limit) = (self.alpha, self.limit);
                 let cfg = LaunchConfig { grid_dim: (self.rows.div_ceil(8) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
                 self.launch("swiglu_bwd_rows", |me| {
-                    // SAFETY: fc_swiglu_bwd_rows(const float*, const bf16*, const float*, bf16*, bf16*, float*, int,
+                    // SAFETY: fc_swiglu_bwd_rows(const bf16*, const bf16*, const float*, bf16*, bf16*, float*, int,
                     // int, float, float); da_raw rows x I, h and dh rows x 2I, aw rows x I, ds_part >= rows.
                     unsafe {
                         me.gpu.stream.launch_builder(me.k.f("fc_swiglu_bwd_rows"))
@@ -1139,7 +1140,7 @@ impl<'g> FastLayer<'g> {
         let b16 = |s: &CudaSlice<u16>| s.len() * 2;
         let b32 = |n: usize| n * 4;
         let work = b16(&self.h) + b16(&self.a) + b16(&self.o) + b16(&self.y) + b16(&self.dh) + b16(&self.aw) + b16(&self.dx_rows)
-            + b16(&self.x_rows) + b16(&self.w2t) + b16(&self.w13t) + b32(self.da_raw.len())
+            + b16(&self.x_rows) + b16(&self.w2t) + b16(&self.w13t) + b16(&self.da_raw)
             + b32(self.counts.len() + self.offsets.len() + self.tiles.len() + self.row_token.len() + self.row_slot.len() + self.row_w.len() + self.slot_row.len() + self.ds_part.len());
         let grads = b16(&self.grad_x) + b16(&self.grad_w13) + b16(&self.grad_w2) + b32(self.grad_tw.len());
         (work, grads)
