@@ -28,7 +28,7 @@
 
 // EPI_SWIGLU_FWD_SPLIT: GEMM1's SwiGLU with the B tile as [128 gate rows; 128 up rows] (the TMA-fed persistent
 // kernels) instead of gate and up interleaved in groups of 8 lines.
-enum { EPI_STORE = 0, EPI_SWIGLU_FWD = 1, EPI_SWIGLU_BWD = 2, EPI_STORE_F32 = 3, EPI_SWIGLU_FWD_SPLIT = 4 };
+enum { EPI_STORE = 0, EPI_SWIGLU_FWD = 1, EPI_SWIGLU_BWD = 2, EPI_SWIGLU_FWD_SPLIT = 4 };  // (3 was an f32 store, until session 17)
 
 // Everything a launch needs; passed by value. Pointers are device addresses.
 struct FastGemmParams {

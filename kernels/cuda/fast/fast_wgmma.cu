@@ -3,7 +3,7 @@
 // m64n256k16 on its 64 rows; one commit group kept in flight.
 //   wg_gemm1_swiglu, wg_rows: A and B K-major (GEMM1 + SwiGLU, GEMM2; dX with transposed weights)
 //   wg_dgrad_swiglu: dA with the SwiGLU backward fused in the epilogue (transposed W2)
-//   wg_rows_bmn(_f32): B MN-major, i.e. the weights read as stored: dX rows, and dA_raw (bf16) for the
+//   wg_rows_bmn: B MN-major, i.e. the weights read as stored: dX rows, and dA_raw (bf16) for the
 //                     row-wise fc_swiglu_bwd_rows (the default backward: no transposed copies, and the
 //                     SwiGLU backward outside the GEMM, where it measured 4x faster than in the epilogue)
 //   wg_wgrad: both operands MN-major, the weight gradients over each expert's rows
@@ -176,18 +176,6 @@ __device__ __forceinline__ void wg_epilogue_rows(const FastGemmParams& p, float*
                 } else if (n < p.n_dim) {
                     crow[n] = f32_to_bf16(v0);
                 }
-            }
-        }
-    } else if (EPI == EPI_STORE_F32) {
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            int m = m0 + r_in + hf * 8;
-            if (m >= m_end) continue;
-            float* crow = (float*)p.c + (long long)m * p.ldc;
-#pragma unroll
-            for (int j = 0; j < 32; ++j) {
-                int n = n0 + j * 8 + c_in;
-                if (n < p.n_dim) *(float2*)(crow + n) = make_float2(d[4 * j + 2 * hf], d[4 * j + 2 * hf + 1]);
             }
         }
     } else if (EPI == EPI_SWIGLU_FWD || EPI == EPI_SWIGLU_FWD_SPLIT) {
@@ -403,10 +391,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) wg_gemm1_swiglu(const FastG
 extern "C" __global__ void __launch_bounds__(256, 1) wg_rows(const FastGemmParams p) { WG_BODY(EPI_STORE) }
 extern "C" __global__ void __launch_bounds__(256, 1) wg_dgrad_swiglu(const FastGemmParams p) { WG_BODY(EPI_SWIGLU_BWD) }
 extern "C" __global__ void __launch_bounds__(256, 1) wg_wgrad(const FastGemmParams p) { WG_WGRAD_BODY }
-// weights read as stored (N-contiguous B): dX rows and dA_raw (bf16, for fc_swiglu_bwd_rows); _f32 stores f32
-// (dA_raw's until session 17; no caller now)
+// weights read as stored (N-contiguous B): dX rows and dA_raw (bf16, for fc_swiglu_bwd_rows; f32 until session 17)
 extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn(const FastGemmParams p) { WG_BODY_BMN(EPI_STORE) }
-extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn_f32(const FastGemmParams p) { WG_BODY_BMN(EPI_STORE_F32) }
 
 // SwiGLU backward on whole rows, one warp per row, from dA_raw = dY[token]·W2 (unweighted, stored in bf16 as
 // PyTorch stores dA and as the oracle's bf16 recipe keeps it: session 17 halved its bytes): dA = w·dA_raw,

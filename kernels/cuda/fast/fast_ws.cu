@@ -457,37 +457,23 @@ __device__ __forceinline__ void ws_copy_box(unsigned slot, const WsCopyOut& o, i
     }
 }
 
-// EPI_STORE (bf16: 4 boxes of 64 columns, by stmatrix) and EPI_STORE_F32 (8 boxes of 32): a warpgroup's 64 rows
-// (from row0 of expert z in the tensor map tc, [z][rows][columns]; columns from n0). The accumulator layout:
-// d[4j + 2hf + c] is row 16 wq + lane/4 + 8 hf, column 8j + 2 (lane % 4) + c; the values are the ones the direct
-// epilogue stores.
-// With o.rows < 64 (WS_PARTIAL_STAGED; bf16 only) the boxes are copied out instead (ws_copy_box).
-template <bool F32>
+// EPI_STORE (bf16: 4 boxes of 64 columns, by stmatrix): a warpgroup's 64 rows (from row0 of expert z in the
+// tensor map tc, [z][rows][columns]; columns from n0). The accumulator layout: d[4j + 2hf + c] is row
+// 16 wq + lane/4 + 8 hf, column 8j + 2 (lane % 4) + c; the values are the ones the direct epilogue stores.
+// (An f32 variant, 8 boxes of 32 columns, stored dA_raw until session 17.)
+// With o.rows < 64 (WS_PARTIAL_STAGED) the boxes are copied out instead (ws_copy_box).
 __device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const TmaDesc* tc, int n0, int row0, int z, int wq, int lane, const WsCopyOut& o) {
-    constexpr int BOXES = F32 ? 8 : 4, J = 32 / BOXES, BOX = F32 ? 32 : 64;  // J column groups of 8 per box
-    const bool copy = !F32 && o.rows < 64;
+    constexpr int BOXES = 4, J = 8, BOX = 64;  // J column groups of 8 per box
+    const bool copy = o.rows < 64;
 #pragma unroll
     for (int bx = 0; bx < BOXES; ++bx) {
         out.box(
             [&](unsigned slot) {
-                if (F32) {
 #pragma unroll
-                    for (int jj = 0; jj < J; ++jj) {
-#pragma unroll
-                        for (int hf = 0; hf < 2; ++hf) {
-                            const int r = wq * 16 + (lane >> 2) + 8 * hf;
-                            const float v0 = d[4 * (J * bx + jj) + 2 * hf], v1 = d[4 * (J * bx + jj) + 2 * hf + 1];
-                            const unsigned a = slot + swz128(r, 32 * jj + 8 * (lane & 3));
-                            asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a), "r"(__float_as_uint(v0)), "r"(__float_as_uint(v1)) : "memory");
-                        }
-                    }
-                } else {
-#pragma unroll
-                    for (int jp = 0; jp < J / 2; ++jp) {
-                        const float* q = d + 4 * (J * bx + 2 * jp);
-                        const unsigned r[4] = {pack_bf16x2(q[0], q[1]), pack_bf16x2(q[2], q[3]), pack_bf16x2(q[4], q[5]), pack_bf16x2(q[6], q[7])};
-                        stsm_box(slot, wq, lane, jp, r);
-                    }
+                for (int jp = 0; jp < J / 2; ++jp) {
+                    const float* q = d + 4 * (J * bx + 2 * jp);
+                    const unsigned r[4] = {pack_bf16x2(q[0], q[1]), pack_bf16x2(q[2], q[3]), pack_bf16x2(q[4], q[5]), pack_bf16x2(q[6], q[7])};
+                    stsm_box(slot, wq, lane, jp, r);
                 }
             },
             [&](unsigned slot) {
@@ -670,7 +656,7 @@ struct WsWgrad {
 
 // KIND: 0 row GEMMs with B K-major, 1 row GEMMs with B as stored (MN-major), 2 weight gradients.
 // ta / tb: tensor maps of A (row GEMMs with a_idx null) and B (row GEMMs).
-// tc: tensor map of the output C for the TMA-store epilogue (EPI_STORE, EPI_STORE_F32): [1][rows][n_dim] for
+// tc: tensor map of the output C for the TMA-store epilogue (EPI_STORE): [1][rows][n_dim] for
 // row GEMMs, [E][m_dim][n_dim] for weight gradients; GEMM1: H, [1][rows][2I]; td: GEMM1's A, [1][rows][I];
 // boxes of 64 rows x 128 bytes.
 template <int EPI, int KIND>
@@ -904,17 +890,17 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             c_main += c_epi0 - c_tile;
             ++n_tiles_done;
 #endif
-            constexpr bool TMA_OUT = EPI == EPI_STORE || EPI == EPI_STORE_F32;
+            constexpr bool TMA_OUT = EPI == EPI_STORE;
             const int row0 = w.m0 + 64 * wg;  // this warpgroup's first row
             const WsCopyOut full{nullptr, 0, 64, 0};
             if (TMA_OUT && KIND == 2) {
                 // the map's row bound is the expert's m_dim: a warpgroup past it has nothing to store
-                if (row0 < p.m_dim) ws_store_tma<EPI == EPI_STORE_F32>(d, out, tc, w.n0, row0, w.e, wq, lane, full);
+                if (row0 < p.m_dim) ws_store_tma(d, out, tc, w.n0, row0, w.e, wq, lane, full);
             } else if (TMA_OUT && row0 + 64 <= w.m_end) {
                 // rows past m_end belong to the next expert's tile: only whole 64-row groups go by TMA
-                ws_store_tma<EPI == EPI_STORE_F32>(d, out, tc, w.n0, row0, 0, wq, lane, full);
+                ws_store_tma(d, out, tc, w.n0, row0, 0, wq, lane, full);
             } else if (EPI == EPI_STORE && WS_PARTIAL_STAGED_ROWS) {
-                if (row0 < w.m_end) ws_store_tma<false>(d, out, tc, w.n0, row0, 0, wq, lane, WsCopyOut{p.c, p.ldc, w.m_end - row0, p.n_dim});
+                if (row0 < w.m_end) ws_store_tma(d, out, tc, w.n0, row0, 0, wq, lane, WsCopyOut{p.c, p.ldc, w.m_end - row0, p.n_dim});
             } else if (EPI == EPI_SWIGLU_FWD_SPLIT && WS_GEMM1_TMA && (WS_PARTIAL_STAGED_GEMM1 ? row0 < w.m_end : p.inter % 128 == 0 && row0 + 64 <= w.m_end)) {
                 const bool copy = WS_PARTIAL_STAGED_GEMM1 && !(p.inter % 128 == 0 && row0 + 64 <= w.m_end);
                 ws_store_swiglu_tma(p, d, out, tc, td, w.n0 >> 1, row0, wq, lane, copy, w.m_end);
@@ -958,7 +944,7 @@ struct __align__(64) TmaDesc {
 
 // Launched with gridDim.x = min(SMs, tiles), WS_THREADS threads and WS_SMEM bytes of dynamic shared memory
 // (WG_SMEM plus the consumers' staging buffers), with the tensor maps of A (used when p.a_idx is null), B (row
-// GEMMs; weight gradients: when p.b_idx is null) and the outputs C (EPI_STORE and EPI_STORE_F32 kernels; GEMM1:
+// GEMMs; weight gradients: when p.b_idx is null) and the outputs C (EPI_STORE kernels; GEMM1:
 // H) and D (GEMM1: A).
 // ws_wgrad takes the expert count in p.k_dim (its k ranges come from p.offsets).
 #define WS_PARAMS const FastGemmParams p, const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb, const __grid_constant__ TmaDesc tc, \
@@ -966,5 +952,4 @@ struct __align__(64) TmaDesc {
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_gemm1_swiglu(WS_PARAMS) { WS_BODY(EPI_SWIGLU_FWD_SPLIT, 0) }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows(WS_PARAMS) { WS_BODY(EPI_STORE, 0) }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows_bmn(WS_PARAMS) { WS_BODY(EPI_STORE, 1) }
-extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_rows_bmn_f32(WS_PARAMS) { WS_BODY(EPI_STORE_F32, 1) }
 extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) ws_wgrad(WS_PARAMS) { WS_BODY(EPI_STORE, 2) }

@@ -105,18 +105,12 @@ unsafe impl DeviceRepr for TmaDesc {}
 /// but the first) and box `boxd`: the box lands in shared memory as wgmma's 128-byte-swizzle layout, and
 /// reads past the tensor's bounds are zero-filled (stores past them are dropped).
 fn tma_desc(ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<TmaDesc, GpuError> {
-    tma_desc_of(false, ptr, dims, strides, boxd)
-}
-
-/// The same for an f32 tensor (`f32`) or a bf16 one.
-fn tma_desc_of(f32: bool, ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<TmaDesc, GpuError> {
     use cudarc::driver::sys::*;
     let rank = dims.len();
     if rank == 0 || rank > 3 || strides.len() + 1 != rank || boxd.len() != rank || dims.contains(&0) {
         return Err(GpuError::Input(format!("tensor map: dims {dims:?}, strides {strides:?}, box {boxd:?}")));
     }
-    let elem = if f32 { 4 } else { 2 };
-    let bytes: Vec<u64> = strides.iter().map(|s| s * elem).collect();
+    let bytes: Vec<u64> = strides.iter().map(|s| s * 2).collect();
     let ones = [1u32; 3];
     let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
     // SAFETY: the pointers are valid arrays of `rank` (dims, box, element strides) and `rank - 1` (strides)
@@ -124,7 +118,7 @@ fn tma_desc_of(f32: bool, ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32])
     let r = unsafe {
         cuTensorMapEncodeTiled(
             map.as_mut_ptr(),
-            if f32 { CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32 } else { CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 },
+            CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
             rank as u32,
             ptr as *mut std::ffi::c_void,
             dims.as_ptr(),
@@ -722,13 +716,12 @@ impl<'g> FastLayer<'g> {
             "ws_gemm1_swiglu" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 128, 1])?,
             // (clusters: each block loads half of the 256 rows, unless the experiment WS_EXP_CLUSTER_NO_MC)
             "ws_rows" => tma_desc(p.b, &[k, n, e], &[p.ldb as u64, p.b_estride as u64], &[64, 256 / self.k.b_share(ws) as u32, 1])?,
-            "ws_rows_bmn" | "ws_rows_bmn_f32" => tma_desc(p.b, &[n, k, e], &[p.ldb as u64, p.b_estride as u64], &[64, 64, 1])?,
+            "ws_rows_bmn" => tma_desc(p.b, &[n, k, e], &[p.ldb as u64, p.b_estride as u64], &[64, 64, 1])?,
             _ => return Err(GpuError::Input(format!("no tensor maps for {ws}"))),
         };
         let rows = self.rows.max(1) as u64;
         let tc = match ws {
             "ws_rows" | "ws_rows_bmn" => tma_desc(p.c, &[n, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[64, 64, 1])?,
-            "ws_rows_bmn_f32" => tma_desc_of(true, p.c, &[n, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[32, 64, 1])?,
             "ws_gemm1_swiglu" => tma_desc(p.c, &[2 * p.inter as u64, rows, 1], &[p.ldc as u64, p.ldc as u64 * rows], &[64, 64, 1])?,
             _ => TmaDesc::default(),
         };

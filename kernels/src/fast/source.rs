@@ -11,10 +11,10 @@ const FILES: &[(&str, &str)] = &[
 /// GEMM entry points (each takes one `FastGemmParams` by value and 96 KiB+ of dynamic shared memory).
 pub const GEMMS: &[&str] = &["fg_gemm1_swiglu", "fg_rows_nt", "fg_rows_nn", "fg_dgrad_swiglu", "fg_wgrad"];
 /// Hopper (sm_90a) wgmma GEMMs (each takes one `FastGemmParams` and `WG_SMEM` bytes of dynamic shared memory).
-pub const WG_GEMMS: &[&str] = &["wg_gemm1_swiglu", "wg_rows", "wg_dgrad_swiglu", "wg_wgrad", "wg_rows_bmn", "wg_rows_bmn_f32"];
+pub const WG_GEMMS: &[&str] = &["wg_gemm1_swiglu", "wg_rows", "wg_dgrad_swiglu", "wg_wgrad", "wg_rows_bmn"];
 /// Persistent warp-specialised versions of the default engine's wgmma GEMMs (fast_ws.cu): one block of
 /// `WS_THREADS` threads per SM, `WS_SMEM` bytes of dynamic shared memory each.
-pub const WS_GEMMS: &[&str] = &["ws_gemm1_swiglu", "ws_rows", "ws_rows_bmn", "ws_rows_bmn_f32", "ws_wgrad"];
+pub const WS_GEMMS: &[&str] = &["ws_gemm1_swiglu", "ws_rows", "ws_rows_bmn", "ws_wgrad"];
 /// Threads of a persistent GEMM block: one producer and two consumer warpgroups.
 pub const WS_THREADS: u32 = 384;
 /// Dynamic shared memory of the wgmma GEMMs: 4 stages of (128 + 256) x 64 bf16, plus 1 KiB to align to 1024.
