@@ -63,6 +63,9 @@ pub enum Command {
     /// Time the fast fused GPU kernels at a model's shape (forward, forward+backward, per kernel), check the
     /// same run against the oracle on a token subset, and optionally run the PyTorch baseline beside them.
     BenchGpu(crate::bench_gpu::BenchGpuArgs),
+    /// Print the expert-parallel exchanges of a model's layer: rows each rank sends each other in dispatch and
+    /// combine, and the bytes of a forward+backward pass per rank (random routing; no GPU, no case file).
+    EpPlan(crate::ep_plan::EpPlanArgs),
 }
 
 #[derive(Debug, Args)]
@@ -231,6 +234,9 @@ pub enum CliError {
     /// A candidate that cannot be checked (`check`, `diagnose`).
     #[error("{0}")]
     Check(String),
+    /// Arguments that cannot be carried out (`ep-plan`).
+    #[error("{0}")]
+    Usage(String),
     /// `check`/`diagnose` ran and found a violation (its report is already printed): exit status 1.
     #[error("violations found")]
     Failed,
@@ -554,6 +560,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Check(args) => crate::check::run(args),
         Command::Diagnose(args) => crate::diagnose::run(args),
         Command::BenchGpu(args) => crate::bench_gpu::run(args),
+        Command::EpPlan(args) => crate::ep_plan::run(args),
     }
 }
 

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod demo;
 pub mod diagnose;
 pub mod emulated;
+pub mod ep_plan;
 pub mod error;
 pub mod golden;
 pub mod gpu;

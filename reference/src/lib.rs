@@ -8,7 +8,7 @@
 //! Pipeline (names follow the case-file format, `shared/docs/golden-format.md`):
 //! [`route`] (logits, scores, top-k, weights) -> [`dispatch`] (expert-major rows, ranks) -> GEMM1
 //! ([`gemm`]) -> SwiGLU ([`act`]) -> GEMM2 -> combine ([`dispatch`]); [`layer`] composes them and their
-//! backward.
+//! backward; [`ep`] runs the same layer rank by rank through explicit expert-parallel exchanges.
 
 pub mod accum;
 pub mod act;
@@ -19,6 +19,7 @@ pub mod exact;
 pub mod formats;
 pub mod gemm;
 pub mod emulate;
+pub mod ep;
 pub mod layer;
 pub mod quant;
 pub mod recipe;
