@@ -62,7 +62,7 @@ fn shape() -> impl Strategy<Value = Shape> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
     #[test]
     fn every_rank_count_gives_the_single_rank_bits(s in shape(), pick in any::<usize>()) {
         let inp = build(&Spec::from_tuple(s, Kind::Bf16));
