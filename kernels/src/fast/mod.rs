@@ -13,7 +13,7 @@
 //!
 //! Engines (`FastLayer::use_wgmma*`): every GEMM above exists on `mma.sync` (`fast_gemm.cu`, any GPU of
 //! compute capability 8.0+) and on Hopper `wgmma` (`fast_wgmma.cu`). The default on sm_90a is all-wgmma with
-//! the weights read as stored (MN-major B operands) and the SwiGLU backward as a row-wise kernel after an f32
+//! the weights read as stored (MN-major B operands) and the SwiGLU backward as a row-wise kernel after a bf16
 //! dA_raw GEMM (`fc_swiglu_bwd_rows`); the variant with transposed weights and the SwiGLU backward fused in
 //! the dA epilogue is kept for comparison (measured slower: the epilogue is latency-bound at one block per SM).
 //!
