@@ -391,6 +391,10 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     if ab.is_some() && (engines.len() != 1 || args.baseline.is_some()) {
         return Err(fail("--ab compares one engine under two settings: give --engines with one engine, and no --baseline".into()));
     }
+    // the persistent engine's layer switches, A's from the environment and B's with --ab's assignments over it
+    // (read before any GPU work, so that a bad value is an error up front)
+    let switches = layer_switches(&[])?;
+    let switches_b = ab.as_ref().map(|(_, layer_set)| layer_switches(layer_set)).transpose()?;
     let gpu = Gpu::open(0).map_err(gpu_err)?;
     let settings = KernelSettings::from_env();
     let kern = FastKernels::load_with(&gpu, args.stages, &settings).map_err(gpu_err)?;
@@ -411,24 +415,20 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
             return Err(fail(format!("the wgmma engines need an sm_90a GPU; this one compiles for {}", kern.arch)));
         }
     }
-    // A/B switches of the persistent engine: the backward's gathered operands read inside the GEMMs, GEMM1's
-    // rows of X copied into expert order first
-    let set_switches = |layer: &mut FastLayer, assignments: &[(String, String)]| -> Result<(), CliError> {
-        let sw = layer_switches(assignments)?;
+    let set_switches = |layer: &mut FastLayer, sw: &LayerSwitches| {
         layer.use_gather_first(sw.gather_first);
         layer.use_gemm1_gather_first(sw.gemm1_gather_first);
         layer.use_saved_x_rows(sw.save_x_rows);
         layer.set_raster_m(sw.raster_m);
-        Ok(())
     };
-    if let Some((kernel_set, layer_set)) = &ab {
+    if let (Some((kernel_set, _)), Some(switches_b)) = (&ab, &switches_b) {
         let kern_b = FastKernels::load_with(&gpu, args.stages, &settings.with(kernel_set).map_err(gpu_err)?).map_err(gpu_err)?;
         let mut layer_b = FastLayer::new(&gpu, &kern_b, dims, Activation::Swiglu, &ids, &w).map_err(gpu_err)?;
         layer_b.fill_random(args.seed).map_err(gpu_err)?;
         layer_b.upload_x(&x).map_err(gpu_err)?;
-        for (l, set) in [(&mut layer, &[][..]), (&mut layer_b, &layer_set[..])] {
+        for (l, sw) in [(&mut layer, &switches), (&mut layer_b, switches_b)] {
             l.set_engine(engines[0]).map_err(gpu_err)?;
-            set_switches(l, set)?;
+            set_switches(l, sw);
         }
         println!("-- A/B, engine {}; preset {} tokens {t}: A the environment's settings, B with {}", layer.engine(), args.preset, args.ab.as_deref().unwrap_or(""));
         return match ab_measure(&mut layer, &mut layer_b, args, &ids, &w)? {
@@ -438,7 +438,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     }
     for &engine in &engines {
         layer.set_engine(engine).map_err(gpu_err)?;
-        set_switches(&mut layer, &[])?;
+        set_switches(&mut layer, &switches);
         let (fwd, both, failure) = measure(&mut layer, args, &ids, &w, (h, i, e, k))?;
         match failure {
             None => results.push((layer.engine(), fwd, both)),
@@ -489,6 +489,7 @@ mod tests {
             (with_ab("ws", "MOE_FAST_STAGES=3"), "MOE_FAST_STAGES is not a setting"),
             (with_ab("ws", " ; "), "no settings given"),
             (with_ab("wgmma,ws", "MOE_FAST_CLUSTERED=ws_wgrad"), "one engine"),
+            (with_ab("ws", "MOE_FAST_RASTER_M=eight"), "MOE_FAST_RASTER_M=\"eight\""),
         ] {
             match run(&a) {
                 Ok(()) => panic!("{what}: accepted"),
