@@ -134,6 +134,19 @@ fn poisoned(m: usize, width: usize) -> Array2<f64> {
     Array2::from_elem((m, width), f64::NAN)
 }
 
+/// A combine-direction exchange: what token owner `s` holds after every expert owner `d` has sent it the rows
+/// `pairs[s][d]` of its buffer `at[d]` (a poisoned view outside them).
+fn rows_back(pairs: &[Vec<Vec<usize>>], at: &[Array2<f64>], s: usize) -> Array2<f64> {
+    let (m, width) = at[0].dim();
+    let mut back = poisoned(m, width);
+    for (d, src) in at.iter().enumerate() {
+        for &r in &pairs[s][d] {
+            back.row_mut(r).assign(&src.row(r));
+        }
+    }
+    back
+}
+
 /// The layer (forward, and backward when `inp.dy` is given) run rank by rank over `ranks` expert-parallel
 /// ranks. Every rank reads only its own tokens' rows of x and dy, the rows sent to it, and its own experts'
 /// weights; each exchange copies exactly [`EpPlan::pair_rows`] between two ranks' buffers. Every entry is
@@ -149,14 +162,16 @@ pub fn run(inp: &LayerInputs, opt: Options, ranks: usize) -> Result<RankRun, Str
     let plan = EpPlan::new(&rows, ranks)?;
     let m = rows.rows();
     let local = |s: usize, a: &Array2<f64>| a.slice(s![plan.token_block(s), ..]).to_owned();
+    // the rows between every two ranks, found once for all four exchanges
+    let pairs: Vec<Vec<Vec<usize>>> = (0..ranks).map(|s| (0..ranks).map(|d| plan.pair_rows(s, d)).collect()).collect();
 
     // forward dispatch: x rows from their token's owner into the expert owner's receive buffer
     let mut x_recv: Vec<Array2<f64>> = (0..ranks).map(|_| poisoned(m, hd)).collect();
-    for s in 0..ranks {
+    for (s, to) in pairs.iter().enumerate() {
         let xs = local(s, &inp.x);
         let t0 = plan.token_block(s).start;
-        for (d, recv) in x_recv.iter_mut().enumerate() {
-            for r in plan.pair_rows(s, d) {
+        for (recv, sent) in x_recv.iter_mut().zip(to) {
+            for &r in sent {
                 recv.row_mut(r).assign(&xs.row(rows.row_token[r] - t0));
             }
         }
@@ -184,13 +199,8 @@ pub fn run(inp: &LayerInputs, opt: Options, ranks: usize) -> Result<RankRun, Str
     // forward combine: o rows back to the token owner, which sums its k slots (kept there for backward's
     // routing-weight gradient)
     let mut y = Array2::<f64>::zeros((cfg.tokens, hd));
-    let mut o_back: Vec<Array2<f64>> = (0..ranks).map(|_| poisoned(m, hd)).collect();
-    for (s, back) in o_back.iter_mut().enumerate() {
-        for (d, o) in o_at.iter().enumerate() {
-            for r in plan.pair_rows(s, d) {
-                back.row_mut(r).assign(&o.row(r));
-            }
-        }
+    let o_back: Vec<Array2<f64>> = (0..ranks).map(|s| rows_back(&pairs, &o_at, s)).collect();
+    for (s, back) in o_back.iter().enumerate() {
         for t in plan.token_block(s) {
             let slots: Vec<(f64, usize)> = (0..k).filter_map(|j| rows.slot_row[t * k + j].map(|r| (weights[[t, j]], r))).collect();
             for c in 0..hd {
@@ -216,8 +226,8 @@ pub fn run(inp: &LayerInputs, opt: Options, ranks: usize) -> Result<RankRun, Str
                 }
             }
         }
-        for (d, recv) in do_recv.iter_mut().enumerate() {
-            for r in plan.pair_rows(s, d) {
+        for (recv, sent) in do_recv.iter_mut().zip(&pairs[s]) {
+            for &r in sent {
                 let (t, j) = (rows.row_token[r], rows.row_slot[r]);
                 let w = weights[[t, j]];
                 recv.row_mut(r).iter_mut().zip(dys.row(t - t0).iter()).for_each(|(o, &g)| *o = w * g);
@@ -254,12 +264,7 @@ pub fn run(inp: &LayerInputs, opt: Options, ranks: usize) -> Result<RankRun, Str
     };
     let mut grad_x = Array2::<f64>::zeros((cfg.tokens, hd));
     for s in 0..ranks {
-        let mut back = poisoned(m, hd);
-        for (d, dx) in dx_at.iter().enumerate() {
-            for r in plan.pair_rows(s, d) {
-                back.row_mut(r).assign(&dx.row(r));
-            }
-        }
+        let back = rows_back(&pairs, &dx_at, s);
         for t in plan.token_block(s) {
             let slots: Vec<usize> = (0..k).filter_map(|j| rows.slot_row[t * k + j]).collect();
             for c in 0..hd {
