@@ -12,6 +12,7 @@ use moe_reference::ep::EpPlan;
 use ndarray::Array2;
 
 use crate::cli::CliError;
+use crate::demo::XorShift;
 use crate::golden::Preset;
 
 #[derive(Debug, Args)]
@@ -39,23 +40,16 @@ pub struct EpPlanArgs {
 /// At most this many tokens (the plan keeps a few words per row; 2^24 tokens x k 8 is ~1 GB of them).
 const MAX_TOKENS: usize = 1 << 24;
 
-fn xorshift(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
-}
-
 /// k distinct experts per token: with probability `hot` one of the first `hot_experts`, else uniform.
 fn routing(tokens: usize, experts: usize, k: usize, hot: f64, hot_experts: usize, seed: u64) -> Array2<i32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut g = XorShift::new(seed);
     let mut ids = Array2::from_elem((tokens, k), -1i32);
     for t in 0..tokens {
         let mut chosen: Vec<usize> = Vec::with_capacity(k);
         while chosen.len() < k {
-            let u = (xorshift(&mut s) >> 11) as f64 / (1u64 << 53) as f64;
+            let u = (g.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
             let pool = if u < hot && chosen.iter().filter(|&&e| e < hot_experts).count() < hot_experts { hot_experts } else { experts };
-            let e = (xorshift(&mut s) % pool as u64) as usize;
+            let e = (g.next_u64() % pool as u64) as usize;
             if !chosen.contains(&e) {
                 chosen.push(e);
             }
