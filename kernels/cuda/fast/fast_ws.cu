@@ -574,6 +574,43 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
 
 // Row GEMMs, gathered A: thread tid (0..127) loads chunk tid & 7 of lines (tid >> 3) + 16 i of every k-tile
 // of a tile; the source row pointers are found once per tile.
+// Few instructions per copy on purpose: the producer warp shares each SM sub-partition's dispatch with two
+// consumer warps, and its instructions delay theirs (ncu, session 18: the gathering GEMM1's consumers showed
+// 3x the dispatch stalls of the TMA-fed one, its producer 75 instructions per k-tile). A row past the tile's
+// end points at A's base and copies 0 bytes (its chunk is zero-filled), so a whole k-tile needs one 64-bit
+// add and one cp.async per row, and only a k-tile that crosses K's end takes the checked path.
+#ifndef WS_OLD_GATHER  // (session 18 A/B only: the previous producer code, removed after the measurement)
+struct WsGatherA {
+    const char* arow[8];  // this thread's chunk of line i at k = 0 (A's base for a line past the tile's rows)
+    unsigned live;        // bit i: line i is one of the tile's rows
+    __device__ __forceinline__ void setup(const FastGemmParams& p, const WsTile& w, int tid) {
+        live = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int m = w.m0 + (tid >> 3) + 16 * i;
+            const bool ok = m < w.m_end;
+            arow[i] = (const char*)(p.a + (ok ? (long long)p.a_idx[m] * p.lda + (tid & 7) * 8 : 0));
+            live |= (unsigned)ok << i;
+        }
+    }
+    __device__ __forceinline__ void load(const FastGemmParams& p, unsigned sA, int k0, int tid) const {
+        const int ch = tid & 7;
+        const unsigned dst = sA + (tid >> 3) * 128 + ((ch ^ ((tid >> 3) & 7)) << 4);
+        if (k0 + WG_BK <= p.k_dim) {  // the whole k-tile inside K (uniform)
+            const unsigned kb = 2u * (unsigned)k0;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) cp_async16(dst + i * 2048, arow[i] + kb, (live >> i) & 1);
+        } else {
+            const bool k_ok = k0 + ch * 8 < p.k_dim;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const bool ok = k_ok && ((live >> i) & 1);
+                cp_async16(dst + i * 2048, ok ? arow[i] + 2ll * k0 : (const char*)p.a, ok);
+            }
+        }
+    }
+};
+#else
 struct WsGatherA {
     const bf16_t* arow[8];  // null: past the tile's rows
     __device__ __forceinline__ void setup(const FastGemmParams& p, const WsTile& w, int tid) {
@@ -594,6 +631,7 @@ struct WsGatherA {
         }
     }
 };
+#endif
 
 // Row GEMMs: the weight tile by TMA. KIND 0: K-major [E][n rows][K] (GEMM1: a gate and an up box of 128 rows;
 // clusters: boxes of 128 rows too); KIND 1: as stored, [E][K][N], four boxes of 64 columns x 64 k lines (the
@@ -622,6 +660,58 @@ __device__ __forceinline__ void ws_tma_b(const TmaDesc* tb, const FastGemmParams
 // rows: 0 x Inf there would poison the sum). cp.async: thread tid loads A chunk tid & 15 of k lines
 // (tid >> 4) + 8 i and B chunk tid & 31 of k lines (tid >> 5) + 4 i; the k-tile's 64 row indices are read
 // from shared memory (sidx, see the producer loop).
+#ifndef WS_OLD_GATHER
+struct WsWgrad {
+    const char* a;  // this thread's A column (m0 + 8 (tid & 15)) in line 0; A's base past m_dim
+    const char* b;  // this thread's B column (n0 + 8 (tid & 31)) in line 0; B's base past n_dim
+    bool a_live, b_live;
+    __device__ __forceinline__ void setup(const FastGemmParams& p, const WsTile& w, int tid) {
+        const int m = w.m0 + (tid & 15) * 8, n = w.n0 + (tid & 31) * 8;
+        a_live = m < p.m_dim;
+        b_live = n < p.n_dim;
+        a = (const char*)(p.a + (a_live ? m : 0));
+        b = (const char*)(p.b + (b_live ? n : 0));
+    }
+    // cp.async of A (unless a_tma) and B (unless b_tma). A k-tile inside the expert's rows (every one but the
+    // last) costs one shared load (the gathered row's index), one 32 x 32 -> 64-bit multiply-add and one
+    // cp.async per line: the producer's instruction count per k-tile, not the memory, bounded the gathering
+    // weight gradients (session 18, see WsGatherA). 2 lda and 2 ldb fit 32 bits (FastLayer::new bounds the
+    // dims far below).
+    __device__ __forceinline__ void load(const FastGemmParams& p, unsigned sA, unsigned sB, int k0, int k_end, const int* sidx, int tid, bool a_tma, bool b_tma) const {
+        if (k0 + WG_BK <= k_end) {  // every line one of the expert's rows (uniform)
+            if (!a_tma) load_lines<8, 4, true>(sA, a, a_live, 2u * (unsigned)p.lda, p.a_idx ? sidx : nullptr, k0, k_end, tid);
+            if (!b_tma) load_lines<16, 5, true>(sB, b, b_live, 2u * (unsigned)p.ldb, p.b_idx ? sidx : nullptr, k0, k_end, tid);
+        } else {
+            if (!a_tma) load_lines<8, 4, false>(sA, a, a_live, 2u * (unsigned)p.lda, p.a_idx ? sidx : nullptr, k0, k_end, tid);
+            if (!b_tma) load_lines<16, 5, false>(sB, b, b_live, 2u * (unsigned)p.ldb, p.b_idx ? sidx : nullptr, k0, k_end, tid);
+        }
+    }
+    // N lines of one operand, thread tid copying chunk tid & (2^SH - 1) of lines (tid >> SH) + (128 >> SH) i;
+    // line l's row is sidx[l] (gathered) or k0 + l. Two loops rather than a choice per line: the gathered and
+    // the in-order loads compiled to a branch around every copy otherwise.
+    // INSIDE: the whole k-tile lies before k_end (no check per line).
+    template <int N, int SH, bool INSIDE>
+    __device__ __forceinline__ static void load_lines(unsigned s0, const char* col, bool live, unsigned ld, const int* sidx, int k0, int k_end, int tid) {
+        const int c = tid & ((1 << SH) - 1);
+        const unsigned d0 = s0 + (c >> 3) * 8192;
+        if (sidx) {
+#pragma unroll
+            for (int i = 0; i < N; ++i) {
+                const int line = (tid >> SH) + (128 >> SH) * i;
+                const bool ok = live && (INSIDE || k0 + line < k_end);  // a line past k_end has index 0
+                cp_async16(d0 + 2 * swz<8>(line, c & 7), col + (unsigned long long)(unsigned)sidx[line] * ld, ok);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < N; ++i) {
+                const int line = (tid >> SH) + (128 >> SH) * i, k = k0 + line;
+                const bool ok = live && (INSIDE || k < k_end);
+                cp_async16(d0 + 2 * swz<8>(line, c & 7), col + (unsigned long long)(unsigned)(ok ? k : 0) * ld, ok);
+            }
+        }
+    }
+};
+#else
 struct WsWgrad {
     const bf16_t* a;  // this thread's A column (m0 + 8 (tid & 15)), null past m_dim
     const bf16_t* b;  // this thread's B column (n0 + 8 (tid & 31)), null past n_dim
@@ -653,6 +743,7 @@ struct WsWgrad {
         }
     }
 };
+#endif
 
 // KIND: 0 row GEMMs with B K-major, 1 row GEMMs with B as stored (MN-major), 2 weight gradients.
 // ta / tb: tensor maps of A (row GEMMs with a_idx null) and B (row GEMMs).
