@@ -55,7 +55,7 @@ pub struct BenchGpuArgs {
     /// A/B comparison in one process: a second layer built with these settings, `NAME=VALUE` pairs
     /// separated by `;` (MOE_FAST_DEFINES, MOE_FAST_CLUSTERED, MOE_FAST_CLUSTERS, MOE_FAST_DYNAMIC,
     /// MOE_FAST_LINEINFO for the kernels; MOE_FAST_GATHER_FIRST, MOE_FAST_GEMM1_GATHER_FIRST, MOE_FAST_SAVE_X_ROWS,
-    /// MOE_FAST_RASTER_M for the layer),
+    /// MOE_FAST_RASTER_M, MOE_FAST_DY_ROWS_FROM_DA for the layer),
     /// timed against the settings of the environment rep by rep in the order A B B A A B ..., so that the
     /// clock's drift under the power cap falls on both; reports both medians, the per-round ratio, per-kernel
     /// times, whether the outputs are bitwise the same, and B's oracle check. One engine; not with --baseline.
@@ -64,22 +64,24 @@ pub struct BenchGpuArgs {
 }
 
 /// The environment variables of the layer's switches (`layer_switches`).
-const LAYER_VARIABLES: [&str; 4] = ["MOE_FAST_GATHER_FIRST", "MOE_FAST_GEMM1_GATHER_FIRST", "MOE_FAST_SAVE_X_ROWS", "MOE_FAST_RASTER_M"];
+const LAYER_VARIABLES: [&str; 5] = ["MOE_FAST_GATHER_FIRST", "MOE_FAST_GEMM1_GATHER_FIRST", "MOE_FAST_SAVE_X_ROWS", "MOE_FAST_RASTER_M", "MOE_FAST_DY_ROWS_FROM_DA"];
 
 /// The persistent engine's layer switches: `FastLayer::use_gather_first` (on unless "0"), `use_gemm1_gather_first`
-/// and `use_saved_x_rows` (off unless "1"), `set_raster_m` ("auto", the default, or a row-tile count).
+/// and `use_saved_x_rows` (off unless "1"), `set_raster_m` ("auto", the default, or a row-tile count),
+/// `use_dy_rows_from_da` (on unless "0").
 #[derive(Debug, PartialEq)]
 struct LayerSwitches {
     gather_first: bool,
     gemm1_gather_first: bool,
     save_x_rows: bool,
     raster_m: Option<u32>,
+    dy_rows_from_da: bool,
 }
 
 /// The layer's switches from the environment, with `NAME=VALUE` assignments applied over it.
 fn layer_switches(assignments: &[(String, String)]) -> Result<LayerSwitches, CliError> {
     let var = |name: &str| assignments.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.clone()).or_else(|| std::env::var(name).ok());
-    let [gather, gemm1, save_x, raster] = LAYER_VARIABLES;
+    let [gather, gemm1, save_x, raster, dy_from_da] = LAYER_VARIABLES;
     let raster_m = match var(raster).as_deref().map(str::trim) {
         None | Some("" | "auto") => None,
         Some(v) => Some(v.parse::<u32>().map_err(|_| fail(format!("{raster}={v:?}: expected auto or a count of row tiles (0: column tiles fastest)")))?),
@@ -89,6 +91,7 @@ fn layer_switches(assignments: &[(String, String)]) -> Result<LayerSwitches, Cli
         gemm1_gather_first: var(gemm1).as_deref() == Some("1"),
         save_x_rows: var(save_x).as_deref() == Some("1"),
         raster_m,
+        dy_rows_from_da: var(dy_from_da).as_deref() != Some("0"),
     })
 }
 
@@ -419,6 +422,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
         layer.use_gather_first(sw.gather_first);
         layer.use_gemm1_gather_first(sw.gemm1_gather_first);
         layer.use_saved_x_rows(sw.save_x_rows);
+        layer.use_dy_rows_from_da(sw.dy_rows_from_da);
         layer.set_raster_m(sw.raster_m);
     };
     if let (Some((kernel_set, _)), Some(switches_b)) = (&ab, &switches_b) {
@@ -506,10 +510,10 @@ mod tests {
         assert_eq!(layer, pairs(&[("MOE_FAST_GEMM1_GATHER_FIRST", "1")]));
         // the layer's switches: an assignment wins over the environment's (which a test cannot set safely,
         // so only the assignments' side is shown here)
-        let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "0"), ("MOE_FAST_GEMM1_GATHER_FIRST", "1"), ("MOE_FAST_SAVE_X_ROWS", "1"), ("MOE_FAST_RASTER_M", "8")]));
-        assert_eq!(sw.unwrap(), LayerSwitches { gather_first: false, gemm1_gather_first: true, save_x_rows: true, raster_m: Some(8) });
-        let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "1"), ("MOE_FAST_GEMM1_GATHER_FIRST", "0"), ("MOE_FAST_SAVE_X_ROWS", "0"), ("MOE_FAST_RASTER_M", "auto")]));
-        assert_eq!(sw.unwrap(), LayerSwitches { gather_first: true, gemm1_gather_first: false, save_x_rows: false, raster_m: None });
+        let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "0"), ("MOE_FAST_GEMM1_GATHER_FIRST", "1"), ("MOE_FAST_SAVE_X_ROWS", "1"), ("MOE_FAST_RASTER_M", "8"), ("MOE_FAST_DY_ROWS_FROM_DA", "0")]));
+        assert_eq!(sw.unwrap(), LayerSwitches { gather_first: false, gemm1_gather_first: true, save_x_rows: true, raster_m: Some(8), dy_rows_from_da: false });
+        let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "1"), ("MOE_FAST_GEMM1_GATHER_FIRST", "0"), ("MOE_FAST_SAVE_X_ROWS", "0"), ("MOE_FAST_RASTER_M", "auto"), ("MOE_FAST_DY_ROWS_FROM_DA", "1")]));
+        assert_eq!(sw.unwrap(), LayerSwitches { gather_first: true, gemm1_gather_first: false, save_x_rows: false, raster_m: None, dy_rows_from_da: true });
         let bad = layer_switches(&pairs(&[("MOE_FAST_RASTER_M", "eight")])).unwrap_err().to_string();
         assert!(bad.contains("MOE_FAST_RASTER_M") && bad.contains("eight"), "{bad}");
     }

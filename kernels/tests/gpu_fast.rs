@@ -71,6 +71,11 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
                 panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): X's rows not kept (GEMM1 copy first: {gemm1_copy}) differ from kept: {msg}");
             }
         }
+        // dY's rows for grad_w2 copied by a kernel of their own instead of written on by dA_raw (the default,
+        // which `first` and the poisoned `second` ran: a row dA_raw failed to write would be NaN in grad_w2)
+        if let Err(msg) = same(&first, &run_poisoned(&case, gpu, kern, engine, |l| l.use_dy_rows_from_da(false))) {
+            panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): dY's rows copied first differ from written by dA_raw: {msg}");
+        }
         // the row GEMMs' tiles in groups of 3 row tiles, row tile fastest (`set_raster_m`; the default orders
         // column tiles fastest at these sizes): the same tiles, every one written once (NaN-poisoned buffers)
         if let Err(msg) = same(&first, &run_poisoned(&case, gpu, kern, engine, |l| l.set_raster_m(Some(3)))) {

@@ -45,6 +45,8 @@ struct FastGemmParams {
     const int* tile_count;    // row GEMMs: number of valid tiles (device)
     const int* offsets;       // wgrad: expert row offsets [E + 1]
     int* tile_ctr;            // persistent GEMMs: [next tile, blocks done], zero at launch; null: fixed tile order
+    bf16_t* a_rows;           // persistent row GEMMs gathering A: the gathered rows also written here (row r of the
+                              // GEMM at a_rows + r * lda) by the tiles of column 0; null: not written
     long long lda, ldb, ldc;  // leading dimensions (elements)
     long long b_estride;      // per-expert stride of B (row GEMMs)
     long long c_estride;      // per-expert stride of C (wgrad)

@@ -609,6 +609,25 @@ struct WsGatherA {
             }
         }
     }
+    // The chunks this thread gathered into stage sA (k-tile k0) written on to p.a_rows, rows in the GEMM's order
+    // (after cp.async.wait_group has made this thread's copies visible to it: its own chunks only, so no other
+    // thread is waited for). dA_raw writes dY's rows this way for grad_w2, instead of a copy kernel reading dY
+    // again (layer.rs, dy_rows_from_da).
+    __device__ __forceinline__ void store_rows(const FastGemmParams& p, unsigned sA, int m0, int k0, int tid) const {
+        const int ch = tid & 7;
+        if (k0 + ch * 8 >= p.k_dim) return;
+        const unsigned src = sA + (tid >> 3) * 128 + ((ch ^ ((tid >> 3) & 7)) << 4);
+        char* dst = (char*)(p.a_rows + (long long)(m0 + (tid >> 3)) * p.lda + k0 + ch * 8);
+        const unsigned step = 32u * (unsigned)p.lda;  // 16 rows, in bytes (one pointer, stepped: the producer has 72 registers)
+#pragma unroll
+        for (int i = 0; i < 8; ++i, dst += step) {
+            if ((live >> i) & 1) {
+                uint4 v;
+                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(src + i * 2048));
+                asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+            }
+        }
+    }
 };
 #else
 struct WsGatherA {
@@ -829,6 +848,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 wgrad.setup(p, w, tid);
             else if (!a_tma)
                 gather.setup(p, w, tid);
+            // (row GEMMs with B as stored, gathering A: dA_raw) this tile's gathered rows also go to p.a_rows: the
+            // tiles of column 0 write them (compiled for KIND 1 only: GEMM1's producer would spill)
+            const bool side = KIND == 1 && !a_tma && p.a_rows != nullptr && w.n0 == 0;
             // weight gradients: the gathered rows' indices of k-tile kt sit in sidx[kt % 4], copied there by
             // threads 0..63 (4-byte cp.async, one commit group per k-tile) three k-tiles ahead: a k-tile takes
             // about as long as one memory round trip.
@@ -882,8 +904,20 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                     if (!a_tma) {
                         gather.load(p, sA, k0, tid);
                         mbar_arrive_cp_async(full);
+                        if (side) {  // one commit group per k-tile; k-tile kt - 2's rows on to a_rows
+                            cp_async_commit();
+                            if (kt >= 2) {
+                                cp_async_wait<2>();
+                                gather.store_rows(p, sbase + ((it - 2) % WS_STAGES) * WG_STAGE_BYTES, w.m0, k0 - 2 * WG_BK, tid);
+                            }
+                        }
                     }
                 }
+            }
+            if (KIND == 1 && side) {  // the tile's last (at most) two k-tiles' rows, before the next tile's setup
+                cp_async_wait<0>();
+                for (int kt = max(0, w.nk - 2); kt < w.nk; ++kt)
+                    gather.store_rows(p, sbase + ((it - w.nk + kt) % WS_STAGES) * WG_STAGE_BYTES, w.m0, w.k_begin + kt * WG_BK, tid);
             }
         }
         cp_async_commit();  // every copy of this thread into a group, then all landed before it exits
@@ -947,8 +981,13 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
 #else
                 mbar_wait(full0 + 8 * s, phase);
 #endif
-                // cp.async wrote (part of) the stage through the generic proxy; wgmma reads it through the async proxy
-                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                // cp.async wrote (part of) the stage through the generic proxy; wgmma reads it through the async
+                // proxy. A stage filled by TMA alone needs no fence (the row GEMMs not gathering A; the weight
+                // gradients' k-tiles inside the expert's rows when neither operand is gathered).
+#ifndef WS_FENCE_ALWAYS  // (session 18 A/B: the fence on every k-tile, as before)
+                if (!a_tma || (KIND == 2 && (!b_tma || w.k_begin + (kt + 1) * WG_BK > w.k_end)))
+#endif
+                    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
                 const unsigned sA = sbase + s * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
                 wg_fence_acc(d);
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

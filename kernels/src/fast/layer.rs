@@ -64,6 +64,7 @@ struct GemmParams {
     tile_count: u64,
     offsets: u64,
     tile_ctr: u64,
+    a_rows: u64,
     lda: i64,
     ldb: i64,
     ldc: i64,
@@ -292,6 +293,10 @@ pub struct FastLayer<'g> {
     /// persistent engine: X's rows copied into expert order (into the o buffer, free until GEMM2) before GEMM1,
     /// so that GEMM1 reads A by TMA instead of gathering it by cp.async
     gemm1_gather_first: bool,
+    /// persistent engine with `gather_first`: dY's rows for grad_w2 written by dA_raw, which gathers them from dY
+    /// in its loads anyway (its column-0 tiles store each stage's rows on: `FastGemmParams::a_rows`), instead of
+    /// a copy kernel before it (`gather_dy`)
+    dy_rows_from_da: bool,
     /// persistent engine: X's rows copied into expert order before GEMM1 into a buffer of their own (`x_rows`),
     /// which GEMM1 reads by TMA and the backward's grad_w13 reads again instead of gathering X a second time
     /// (as PyTorch's grouped-GEMM MoE keeps `x[order]` for its weight gradient): rows x H bf16 more memory
@@ -408,6 +413,7 @@ impl<'g> FastLayer<'g> {
             persistent: k.wgmma,
             gather_first: true,
             gemm1_gather_first: false,
+            dy_rows_from_da: true,
             save_x_rows: false,
             x_rows: z16(1)?,
             x_rows_fresh: false,
@@ -492,6 +498,13 @@ impl<'g> FastLayer<'g> {
     /// that read them (on, the default) or gather them inside the GEMMs' loads (off); bitwise the same results.
     pub fn use_gather_first(&mut self, on: bool) {
         self.gather_first = on;
+    }
+
+    /// With the persistent engine and `use_gather_first`, let dA_raw gather dY's rows in its loads and write them
+    /// on in expert order for grad_w2 (on, the default), or copy them first with a kernel of their own (off);
+    /// bitwise the same results.
+    pub fn use_dy_rows_from_da(&mut self, on: bool) {
+        self.dy_rows_from_da = on;
     }
 
     /// With the persistent engine, copy X's rows into expert order before GEMM1 (into the o buffer, which
@@ -903,7 +916,9 @@ impl<'g> FastLayer<'g> {
         // dY's rows in expert order in the dX-rows buffer (free until dX), for dA_raw and grad_w2; then X's, for
         // grad_w13
         let gather_first = self.persistent && self.gather_first && self.rows > 0;
-        let (dy_rows, dy_idx) = if gather_first {
+        // with dy_rows_from_da, dA_raw gathers dY's rows and writes them into the dX-rows buffer as it goes
+        let dy_from_da = gather_first && self.direct && self.dy_rows_from_da;
+        let (dy_rows, dy_idx) = if gather_first && !dy_from_da {
             let (dy, dst) = (self.ptr(&self.dy), self.ptr(&self.dx_rows));
             self.gather_rows("gather_dy", dy, dst, hd)?;
             (dst, 0)
@@ -913,6 +928,9 @@ impl<'g> FastLayer<'g> {
         let mut p = self.base_params();
         p.a = dy_rows;
         p.a_idx = dy_idx;
+        if dy_from_da {
+            p.a_rows = self.ptr(&self.dx_rows);
+        }
         p.lda = hd as i64;
         if self.wgmma && !self.direct {
             p.b = self.ptr(&self.w2t);
@@ -967,6 +985,7 @@ impl<'g> FastLayer<'g> {
         if gather_first {
             // both weight gradients before dX, whose rows then overwrite the gathered copies: the buffer ends
             // holding the dX rows, as without gathering first
+            let dy_rows = if dy_from_da { self.ptr(&self.dx_rows) } else { dy_rows };
             self.wgrad_w2(dy_rows, 0)?;
             let x_rows = if self.x_rows_fresh {
                 self.ptr(&self.x_rows)

@@ -9,7 +9,7 @@ ab() { # preset reps label setting
     timeout 120 .gpu/bin/moe-oracle bench-gpu --preset $1 --tokens 16384 --engines ws --reps $2 --check-tokens 1 \
         --check-wgrad 16 --ab "$4" > $OUT/ab-$3.log 2>&1
     echo "=== $1 [$4] rc $? $((SECONDS - s)) s"
-    grep -E "^A/B|^B/A|gemm1|wgrad|dX_rows|dA|swiglu_bwd|gemm2|^outputs|^oracle|rror" $OUT/ab-$3.log | cut -c1-150
+    grep -E "^A/B|^B/A|gemm1|wgrad|dX_rows|dA|swiglu_bwd|gemm2|gather|^outputs|^oracle|rror" $OUT/ab-$3.log | cut -c1-150
 }
 layer_tests() { # bindir until
     for t in layer_api gpu_layer; do
