@@ -652,6 +652,24 @@ struct WsGatherA {
 };
 #endif
 
+// (dA_raw: p.a_rows, tiles of column 0) a consumer warpgroup's 64 rows of the gathered A stage (k-tile k0),
+// written on to p.a_rows in the GEMM's row order while its wgmma runs: 512 chunks of 16 bytes, thread t the
+// chunks t + 128 j (8 threads per row's 128 bytes). The full barrier's phase made the stage's cp.async
+// writes visible; the stage is released only after the next k-tile's wgmma, so it is still intact. Done by
+// the consumers rather than the producer: a producer storing the rows has to wait for its own copies to land
+// and so keeps fewer k-tiles in flight (session 18, WS_SIDE_PRODUCER).
+__device__ __forceinline__ void ws_side_rows(const FastGemmParams& p, unsigned sA, const WsTile& w, int wg, int k0, int t) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int q = t + 128 * j, r = 64 * wg + (q >> 3), c = q & 7, m = w.m0 + r;
+        if (m < w.m_end && k0 + 8 * c < p.k_dim) {
+            uint4 v;
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(sA + r * 128 + ((c ^ (r & 7)) << 4)));
+            asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(p.a_rows + (long long)m * p.lda + k0 + 8 * c), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+        }
+    }
+}
+
 // Row GEMMs: the weight tile by TMA. KIND 0: K-major [E][n rows][K] (GEMM1: a gate and an up box of 128 rows;
 // clusters: boxes of 128 rows too); KIND 1: as stored, [E][K][N], four boxes of 64 columns x 64 k lines (the
 // MN-major blocks). With clusters, block `rank` loads its share of the boxes for both blocks.
@@ -848,9 +866,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 wgrad.setup(p, w, tid);
             else if (!a_tma)
                 gather.setup(p, w, tid);
-            // (row GEMMs with B as stored, gathering A: dA_raw) this tile's gathered rows also go to p.a_rows: the
-            // tiles of column 0 write them (compiled for KIND 1 only: GEMM1's producer would spill)
+#ifdef WS_SIDE_PRODUCER
             const bool side = KIND == 1 && !a_tma && p.a_rows != nullptr && w.n0 == 0;
+#endif
             // weight gradients: the gathered rows' indices of k-tile kt sit in sidx[kt % 4], copied there by
             // threads 0..63 (4-byte cp.async, one commit group per k-tile) three k-tiles ahead: a k-tile takes
             // about as long as one memory round trip.
@@ -904,21 +922,25 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                     if (!a_tma) {
                         gather.load(p, sA, k0, tid);
                         mbar_arrive_cp_async(full);
-                        if (side) {  // one commit group per k-tile; k-tile kt - 2's rows on to a_rows
+#ifdef WS_SIDE_PRODUCER  // (session 18 A/B: the producer writes the rows on, 3 k-tiles behind its loads)
+                        if (side) {  // one commit group per k-tile; k-tile kt - 3's rows on to a_rows
                             cp_async_commit();
-                            if (kt >= 2) {
-                                cp_async_wait<2>();
-                                gather.store_rows(p, sbase + ((it - 2) % WS_STAGES) * WG_STAGE_BYTES, w.m0, k0 - 2 * WG_BK, tid);
+                            if (kt >= 3) {
+                                cp_async_wait<3>();
+                                gather.store_rows(p, sbase + ((it - 3) % WS_STAGES) * WG_STAGE_BYTES, w.m0, k0 - 3 * WG_BK, tid);
                             }
                         }
+#endif
                     }
                 }
             }
-            if (KIND == 1 && side) {  // the tile's last (at most) two k-tiles' rows, before the next tile's setup
+#ifdef WS_SIDE_PRODUCER
+            if (KIND == 1 && side) {  // the tile's last (at most) three k-tiles' rows, before the next tile's setup
                 cp_async_wait<0>();
-                for (int kt = max(0, w.nk - 2); kt < w.nk; ++kt)
+                for (int kt = max(0, w.nk - 3); kt < w.nk; ++kt)
                     gather.store_rows(p, sbase + ((it - w.nk + kt) % WS_STAGES) * WG_STAGE_BYTES, w.m0, w.k_begin + kt * WG_BK, tid);
             }
+#endif
         }
         cp_async_commit();  // every copy of this thread into a group, then all landed before it exits
         cp_async_wait<0>();
@@ -965,6 +987,8 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             // (clusters) a row tile with no rows: the padding of an expert's odd tile count, or past m_dim. Its
             // block still takes part in the loads and the releases of every stage, and stores nothing.
             const bool idle = WS_CLUSTER > 1 && w.m0 >= ((KIND == 2) ? p.m_dim : w.m_end);
+            // (dA_raw) this tile's gathered rows also go to p.a_rows: the tiles of column 0 write them
+            const bool side = KIND == 1 && !a_tma && p.a_rows != nullptr && w.n0 == 0 && !idle;
             float d[128];
 #pragma unroll
             for (int i = 0; i < 128; ++i) d[i] = 0.0f;
@@ -981,13 +1005,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
 #else
                 mbar_wait(full0 + 8 * s, phase);
 #endif
-                // cp.async wrote (part of) the stage through the generic proxy; wgmma reads it through the async
-                // proxy. A stage filled by TMA alone needs no fence (the row GEMMs not gathering A; the weight
-                // gradients' k-tiles inside the expert's rows when neither operand is gathered).
-#ifndef WS_FENCE_ALWAYS  // (session 18 A/B: the fence on every k-tile, as before)
-                if (!a_tma || (KIND == 2 && (!b_tma || w.k_begin + (kt + 1) * WG_BK > w.k_end)))
-#endif
-                    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                // cp.async wrote (part of) the stage through the generic proxy; wgmma reads it through the async proxy
+                // (skipping it on stages TMA alone filled measured no faster: session 18)
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
                 const unsigned sA = sbase + s * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
                 wg_fence_acc(d);
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -1001,6 +1021,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                     wg_mma_ktile<KIND>(d, sA + wg * (64 * 128), sB);
 #endif
                 asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#ifndef WS_SIDE_PRODUCER
+                if (side) ws_side_rows(p, sA, w, wg, w.k_begin + kt * WG_BK, tid & 127);
+#endif
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
                 wg_fence_acc(d);
                 // the k-tile before this one has been read by this warpgroup's wgmma: hand its stage back
