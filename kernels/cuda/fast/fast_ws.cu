@@ -579,7 +579,6 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
 // 3x the dispatch stalls of the TMA-fed one, its producer 75 instructions per k-tile). A row past the tile's
 // end points at A's base and copies 0 bytes (its chunk is zero-filled), so a whole k-tile needs one 64-bit
 // add and one cp.async per row, and only a k-tile that crosses K's end takes the checked path.
-#ifndef WS_OLD_GATHER  // (session 18 A/B only: the previous producer code, removed after the measurement)
 struct WsGatherA {
     const char* arow[8];  // this thread's chunk of line i at k = 0 (A's base for a line past the tile's rows)
     unsigned live;        // bit i: line i is one of the tile's rows
@@ -609,55 +608,14 @@ struct WsGatherA {
             }
         }
     }
-    // The chunks this thread gathered into stage sA (k-tile k0) written on to p.a_rows, rows in the GEMM's order
-    // (after cp.async.wait_group has made this thread's copies visible to it: its own chunks only, so no other
-    // thread is waited for). dA_raw writes dY's rows this way for grad_w2, instead of a copy kernel reading dY
-    // again (layer.rs, dy_rows_from_da).
-    __device__ __forceinline__ void store_rows(const FastGemmParams& p, unsigned sA, int m0, int k0, int tid) const {
-        const int ch = tid & 7;
-        if (k0 + ch * 8 >= p.k_dim) return;
-        const unsigned src = sA + (tid >> 3) * 128 + ((ch ^ ((tid >> 3) & 7)) << 4);
-        char* dst = (char*)(p.a_rows + (long long)(m0 + (tid >> 3)) * p.lda + k0 + ch * 8);
-        const unsigned step = 32u * (unsigned)p.lda;  // 16 rows, in bytes (one pointer, stepped: the producer has 72 registers)
-#pragma unroll
-        for (int i = 0; i < 8; ++i, dst += step) {
-            if ((live >> i) & 1) {
-                uint4 v;
-                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(src + i * 2048));
-                asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-            }
-        }
-    }
 };
-#else
-struct WsGatherA {
-    const bf16_t* arow[8];  // null: past the tile's rows
-    __device__ __forceinline__ void setup(const FastGemmParams& p, const WsTile& w, int tid) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int m = w.m0 + (tid >> 3) + 16 * i;
-            arow[i] = m < w.m_end ? p.a + (long long)p.a_idx[m] * p.lda + (tid & 7) * 8 : nullptr;
-        }
-    }
-    __device__ __forceinline__ void load(const FastGemmParams& p, unsigned sA, int k0, int tid) const {
-        const int ch = tid & 7;
-        const bool k_ok = k0 + ch * 8 < p.k_dim;
-        const unsigned dst = sA + (tid >> 3) * 128 + ((ch ^ ((tid >> 3) & 7)) << 4);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const bool ok = k_ok && arow[i] != nullptr;
-            cp_async16(dst + i * 2048, ok ? arow[i] + k0 : p.a, ok);
-        }
-    }
-};
-#endif
 
 // (dA_raw: p.a_rows, tiles of column 0) a consumer warpgroup's 64 rows of the gathered A stage (k-tile k0),
 // written on to p.a_rows in the GEMM's row order while its wgmma runs: 512 chunks of 16 bytes, thread t the
 // chunks t + 128 j (8 threads per row's 128 bytes). The full barrier's phase made the stage's cp.async
-// writes visible; the stage is released only after the next k-tile's wgmma, so it is still intact. Done by
-// the consumers rather than the producer: a producer storing the rows has to wait for its own copies to land
-// and so keeps fewer k-tiles in flight (session 18, WS_SIDE_PRODUCER).
+// writes visible; the stage is released only after the next k-tile's wgmma, so it is still intact. (The
+// producer storing its own chunks 3 k-tiles behind its loads, after cp.async.wait_group, measured the same:
+// session 18.)
 __device__ __forceinline__ void ws_side_rows(const FastGemmParams& p, unsigned sA, const WsTile& w, int wg, int k0, int t) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -697,7 +655,6 @@ __device__ __forceinline__ void ws_tma_b(const TmaDesc* tb, const FastGemmParams
 // rows: 0 x Inf there would poison the sum). cp.async: thread tid loads A chunk tid & 15 of k lines
 // (tid >> 4) + 8 i and B chunk tid & 31 of k lines (tid >> 5) + 4 i; the k-tile's 64 row indices are read
 // from shared memory (sidx, see the producer loop).
-#ifndef WS_OLD_GATHER
 struct WsWgrad {
     const char* a;  // this thread's A column (m0 + 8 (tid & 15)) in line 0; A's base past m_dim
     const char* b;  // this thread's B column (n0 + 8 (tid & 31)) in line 0; B's base past n_dim
@@ -711,9 +668,10 @@ struct WsWgrad {
     }
     // cp.async of A (unless a_tma) and B (unless b_tma). A k-tile inside the expert's rows (every one but the
     // last) costs one shared load (the gathered row's index), one 32 x 32 -> 64-bit multiply-add and one
-    // cp.async per line: the producer's instruction count per k-tile, not the memory, bounded the gathering
-    // weight gradients (session 18, see WsGatherA). 2 lda and 2 ldb fit 32 bits (FastLayer::new bounds the
-    // dims far below).
+    // cp.async per line (was ~12 instructions: ~10% faster gathering, session 18; still 1.33x (grad_w2) and
+    // 1.65x (grad_w13) the time of reading copied rows, whose producer waits on its cp.async groups: the
+    // gathers' latency, not the instruction count, bounds it now). 2 lda and 2 ldb fit 32 bits (FastLayer::new
+    // bounds the dims far below).
     __device__ __forceinline__ void load(const FastGemmParams& p, unsigned sA, unsigned sB, int k0, int k_end, const int* sidx, int tid, bool a_tma, bool b_tma) const {
         if (k0 + WG_BK <= k_end) {  // every line one of the expert's rows (uniform)
             if (!a_tma) load_lines<8, 4, true>(sA, a, a_live, 2u * (unsigned)p.lda, p.a_idx ? sidx : nullptr, k0, k_end, tid);
@@ -748,39 +706,6 @@ struct WsWgrad {
         }
     }
 };
-#else
-struct WsWgrad {
-    const bf16_t* a;  // this thread's A column (m0 + 8 (tid & 15)), null past m_dim
-    const bf16_t* b;  // this thread's B column (n0 + 8 (tid & 31)), null past n_dim
-    __device__ __forceinline__ void setup(const FastGemmParams& p, const WsTile& w, int tid) {
-        const int m = w.m0 + (tid & 15) * 8, n = w.n0 + (tid & 31) * 8;
-        a = m < p.m_dim ? p.a + m : nullptr;
-        b = n < p.n_dim ? p.b + n : nullptr;
-    }
-    // cp.async of A (unless a_tma) and B (unless b_tma)
-    __device__ __forceinline__ void load(const FastGemmParams& p, unsigned sA, unsigned sB, int k0, int k_end, const int* sidx, int tid, bool a_tma, bool b_tma) const {
-        const int ca = tid & 15, cb = tid & 31;
-        if (!a_tma) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const int line = (tid >> 4) + 8 * i, k = k0 + line;
-                const bool ok = a != nullptr && k < k_end;
-                const long long r = p.a_idx ? sidx[line] : k;
-                cp_async16(sA + (ca >> 3) * 8192 + 2 * swz<8>(line, ca & 7), ok ? a + r * p.lda : p.a, ok);
-            }
-        }
-        if (!b_tma) {
-#pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                const int line = (tid >> 5) + 4 * i, k = k0 + line;
-                const bool ok = b != nullptr && k < k_end;
-                const long long r = p.b_idx ? sidx[line] : k;
-                cp_async16(sB + (cb >> 3) * 8192 + 2 * swz<8>(line, cb & 7), ok ? b + r * p.ldb : p.b, ok);
-            }
-        }
-    }
-};
-#endif
 
 // KIND: 0 row GEMMs with B K-major, 1 row GEMMs with B as stored (MN-major), 2 weight gradients.
 // ta / tb: tensor maps of A (row GEMMs with a_idx null) and B (row GEMMs).
@@ -866,9 +791,6 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 wgrad.setup(p, w, tid);
             else if (!a_tma)
                 gather.setup(p, w, tid);
-#ifdef WS_SIDE_PRODUCER
-            const bool side = KIND == 1 && !a_tma && p.a_rows != nullptr && w.n0 == 0;
-#endif
             // weight gradients: the gathered rows' indices of k-tile kt sit in sidx[kt % 4], copied there by
             // threads 0..63 (4-byte cp.async, one commit group per k-tile) three k-tiles ahead: a k-tile takes
             // about as long as one memory round trip.
@@ -922,25 +844,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                     if (!a_tma) {
                         gather.load(p, sA, k0, tid);
                         mbar_arrive_cp_async(full);
-#ifdef WS_SIDE_PRODUCER  // (session 18 A/B: the producer writes the rows on, 3 k-tiles behind its loads)
-                        if (side) {  // one commit group per k-tile; k-tile kt - 3's rows on to a_rows
-                            cp_async_commit();
-                            if (kt >= 3) {
-                                cp_async_wait<3>();
-                                gather.store_rows(p, sbase + ((it - 3) % WS_STAGES) * WG_STAGE_BYTES, w.m0, k0 - 3 * WG_BK, tid);
-                            }
-                        }
-#endif
                     }
                 }
             }
-#ifdef WS_SIDE_PRODUCER
-            if (KIND == 1 && side) {  // the tile's last (at most) three k-tiles' rows, before the next tile's setup
-                cp_async_wait<0>();
-                for (int kt = max(0, w.nk - 3); kt < w.nk; ++kt)
-                    gather.store_rows(p, sbase + ((it - w.nk + kt) % WS_STAGES) * WG_STAGE_BYTES, w.m0, w.k_begin + kt * WG_BK, tid);
-            }
-#endif
         }
         cp_async_commit();  // every copy of this thread into a group, then all landed before it exits
         cp_async_wait<0>();
@@ -1021,9 +927,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                     wg_mma_ktile<KIND>(d, sA + wg * (64 * 128), sB);
 #endif
                 asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#ifndef WS_SIDE_PRODUCER
                 if (side) ws_side_rows(p, sA, w, wg, w.k_begin + kt * WG_BK, tid & 127);
-#endif
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
                 wg_fence_acc(d);
                 // the k-tile before this one has been read by this warpgroup's wgmma: hand its stage back
