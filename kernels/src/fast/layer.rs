@@ -1258,11 +1258,12 @@ mod tests {
 
     #[test]
     fn gemm_params_have_the_c_layout() {
-        // FastGemmParams: 13 pointers, 5 long longs, 4 ints, 2 floats, raster_m (an int), then 4 bytes of tail
-        // padding to the 8-byte alignment, as in C
-        assert_eq!(std::mem::size_of::<GemmParams>(), 13 * 8 + 5 * 8 + 4 * 4 + 2 * 4 + 4 + 4);
+        // FastGemmParams: 14 pointers (a_rows the last), 5 long longs, 4 ints, 2 floats, raster_m (an int), then
+        // 4 bytes of tail padding to the 8-byte alignment, as in C
+        assert_eq!(std::mem::size_of::<GemmParams>(), 14 * 8 + 5 * 8 + 4 * 4 + 2 * 4 + 4 + 4);
         assert_eq!(std::mem::align_of::<GemmParams>(), 8);
-        assert_eq!(std::mem::offset_of!(GemmParams, raster_m), 13 * 8 + 5 * 8 + 4 * 4 + 2 * 4);
+        assert_eq!(std::mem::offset_of!(GemmParams, a_rows), 13 * 8);
+        assert_eq!(std::mem::offset_of!(GemmParams, raster_m), 14 * 8 + 5 * 8 + 4 * 4 + 2 * 4);
     }
 
     #[test]
