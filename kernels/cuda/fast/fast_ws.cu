@@ -791,55 +791,31 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 wgrad.setup(p, w, tid);
             else if (!a_tma)
                 gather.setup(p, w, tid);
-#ifdef WS_IDX_CP_ASYNC  // (session 18 A/B only: the index ring by cp.async, removed after the measurement)
+            // weight gradients: the gathered rows' indices of k-tile kt sit in sidx[kt % 4], copied there by
+            // threads 0..63 (4-byte cp.async, one commit group per k-tile) three k-tiles ahead: a k-tile takes
+            // about as long as one memory round trip. (Plain loads two k-tiles ahead instead, which keep the
+            // indices out of the data's commit groups but wait for a tile's first indices at its start, measured
+            // slower: grad_w2 gathered 0.898 -> 1.126 ms, session 18.)
+            // No copy for k-tiles past the tile's last (an empty group keeps the count): such a copy could land
+            // after the next tile's copy into the same slot.
             const auto fetch = [&](int kt) {
                 const int k = w.k_begin + kt * WG_BK + tid;
                 if (tid < 64 && kt < w.nk) cp_async4(smem_u32(&sidx[kt & 3][tid]), gidx + (k < w.k_end ? k : 0), k < w.k_end);
                 cp_async_commit();
             };
             if (KIND == 2 && gidx) {
-                producer_sync();
+                producer_sync();  // every producer thread is done with the previous tile's indices
 #pragma unroll
                 for (int j = 0; j < 3; ++j) fetch(j);
             }
-#else
-            // weight gradients: the gathered rows' indices of k-tile kt sit in sidx[kt % 4], stored there by
-            // threads 0..63 two k-tiles ahead from plain loads issued two k-tiles before that (idx_a, idx_b).
-            // Not by cp.async: its commit groups would hold the data copies too, and waiting for an index would
-            // wait for the previous tile's last data (the pipeline drained at every tile, session 18).
-            const auto index_of = [&](int kt) -> int {
-                const int k = w.k_begin + kt * WG_BK + tid;
-                return (kt < w.nk && k < w.k_end) ? __ldg(gidx + k) : 0;  // 0 (a valid row) past the expert's rows
-            };
-            int idx_a = 0, idx_b = 0;  // k-tiles kt + 2 and kt + 3 (threads 0..63)
-            if (KIND == 2 && gidx) {
-                producer_sync();  // every producer thread is done with the previous tile's indices
-                if (tid < 64) {
-                    sidx[0][tid] = index_of(0);
-                    sidx[1][tid] = index_of(1);
-                    idx_a = index_of(2);
-                    idx_b = index_of(3);
-                }
-            }
-#endif
             for (int kt = 0; kt < w.nk; ++kt, ++it) {
                 const unsigned s = it % WS_STAGES, phase = (it / WS_STAGES) & 1;
                 const unsigned full = full0 + 8 * s;
                 const int k0 = w.k_begin + kt * WG_BK;
                 if (KIND == 2 && gidx) {
-#ifdef WS_IDX_CP_ASYNC
-                    cp_async_wait<2>();
-                    producer_sync();
+                    cp_async_wait<2>();  // this thread's copy for k-tile kt has landed (kt + 1, kt + 2 may not)
+                    producer_sync();     // ... and every thread's; sidx[(kt + 3) % 4] is read by nobody now
                     fetch(kt + 3);
-#else
-                    // slot (kt + 2) % 4 was last read for k-tile kt - 2, by threads now past the barrier of kt - 1
-                    if (tid < 64) {
-                        sidx[(kt + 2) & 3][tid] = idx_a;
-                        idx_a = idx_b;
-                        idx_b = index_of(kt + 4);
-                    }
-                    producer_sync();  // k-tile kt's indices (stored two k-tiles ago) visible to every producer thread
-#endif
                 }
                 mbar_wait(empty0 + 8 * s, phase ^ 1);
                 const unsigned sA = sbase + s * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
