@@ -984,8 +984,9 @@ impl<'g> FastLayer<'g> {
         }
         if gather_first {
             // both weight gradients before dX, whose rows then overwrite the gathered copies: the buffer ends
-            // holding the dX rows, as without gathering first
-            let dy_rows = if dy_from_da { self.ptr(&self.dx_rows) } else { dy_rows };
+            // holding the dX rows, as without gathering first. dY's rows are in it either way (gather_dy's
+            // copy or dA_raw's stores).
+            let dy_rows = self.ptr(&self.dx_rows);
             self.wgrad_w2(dy_rows, 0)?;
             let x_rows = if self.x_rows_fresh {
                 self.ptr(&self.x_rows)

@@ -11,6 +11,17 @@ ab() { # preset reps label setting
     echo "=== $1 [$4] rc $? $((SECONDS - s)) s"
     grep -E "^A/B|^B/A|gemm1|wgrad|dX_rows|dA|swiglu_bwd|gemm2|gather|^outputs|^oracle|rror" $OUT/ab-$3.log | cut -c1-150
 }
+# `gpu_fast_all` runs every gpu_fast test (REQUIRE_GPU=1) into $OUT/gpu_fast.log; `memcheck_ws` runs
+# compute-sanitizer memcheck on the ws engine's edge shapes into $OUT/cs-memcheck.log; both print a summary.
+gpu_fast_all() {
+    REQUIRE_GPU=1 timeout 200 .gpu/bin/gpu_fast --test-threads=1 > $OUT/gpu_fast.log 2>&1
+    echo "== gpu_fast (all) rc $? at ${SECONDS}s"; grep -E "^test |test result|panicked" $OUT/gpu_fast.log | cut -c1-300 | head -8
+}
+memcheck_ws() {
+    MOE_FAST_ENGINES=ws timeout 150 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 9 \
+        .gpu/bin/gpu_fast --test-threads=1 fast_layer_matches_the_oracle_on_edge_shapes > $OUT/cs-memcheck.log 2>&1
+    echo "== memcheck (ws engine, edge shapes) rc $? at ${SECONDS}s"; grep -E "ERROR SUMMARY|test result" $OUT/cs-memcheck.log | head -3
+}
 layer_tests() { # bindir until
     for t in layer_api gpu_layer; do
         [ $SECONDS -gt $2 ] && return

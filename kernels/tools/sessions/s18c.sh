@@ -6,12 +6,9 @@
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s18c}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
-REQUIRE_GPU=1 timeout 200 .gpu/bin/gpu_fast --test-threads=1 > $OUT/gpu_fast.log 2>&1
-echo "== gpu_fast (all) rc $? at ${SECONDS}s"; grep -E "^test |test result|panicked" $OUT/gpu_fast.log | cut -c1-300 | head -8
+gpu_fast_all
 layer_tests .gpu/bin 120
-MOE_FAST_ENGINES=ws timeout 150 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 9 \
-    .gpu/bin/gpu_fast --test-threads=1 fast_layer_matches_the_oracle_on_edge_shapes > $OUT/cs-memcheck.log 2>&1
-echo "== memcheck (ws engine, edge shapes) rc $? at ${SECONDS}s"; grep -E "ERROR SUMMARY|test result" $OUT/cs-memcheck.log | head -3
+memcheck_ws
 AB_UNTIL=330 ab qwen3-30b-a3b 12 dyda-30b "MOE_FAST_DY_ROWS_FROM_DA=0"
 AB_UNTIL=380 ab qwen3-30b-a3b 12 fence-30b "MOE_FAST_DEFINES=WS_FENCE_ALWAYS=1"
 AB_UNTIL=430 ab qwen3-235b-a22b 6 dyda-235b "MOE_FAST_DY_ROWS_FROM_DA=0"

@@ -6,8 +6,7 @@
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s18d}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
-REQUIRE_GPU=1 timeout 200 .gpu/bin/gpu_fast --test-threads=1 > $OUT/gpu_fast.log 2>&1
-echo "== gpu_fast (all) rc $? at ${SECONDS}s"; grep -E "^test |test result|panicked" $OUT/gpu_fast.log | cut -c1-300 | head -8
+gpu_fast_all
 AB_UNTIL=150 ab qwen3-30b-a3b 12 prod-30b "MOE_FAST_DEFINES=WS_SIDE_PRODUCER=1"
 AB_UNTIL=200 ab qwen3-30b-a3b 12 dyda-30b "MOE_FAST_DY_ROWS_FROM_DA=0"
 AB_UNTIL=250 ab qwen3-235b-a22b 6 dyda-235b "MOE_FAST_DY_ROWS_FROM_DA=0"

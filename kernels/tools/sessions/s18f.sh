@@ -6,8 +6,7 @@
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s18f}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
-REQUIRE_GPU=1 timeout 200 .gpu/bin/gpu_fast --test-threads=1 > $OUT/gpu_fast.log 2>&1
-echo "== gpu_fast (all) rc $? at ${SECONDS}s"; grep -E "^test |test result|panicked" $OUT/gpu_fast.log | cut -c1-300 | head -8
+gpu_fast_all
 MOE_FAST_GATHER_FIRST=0 AB_UNTIL=150 ab qwen3-30b-a3b 10 idx-30b "MOE_FAST_DEFINES=WS_IDX_CP_ASYNC=1"
 AB_UNTIL=200 ab qwen3-30b-a3b 10 gf0-30b "MOE_FAST_GATHER_FIRST=0"
 AB_UNTIL=250 ab qwen3-235b-a22b 5 gf0-235b "MOE_FAST_GATHER_FIRST=0"
