@@ -610,6 +610,26 @@ struct WsGatherA {
     }
 };
 
+// (dA_raw: p.a_rows, tiles of column 0) a consumer warpgroup's 64 rows of the gathered A stage (k-tile k0),
+// written on to p.a_rows in the GEMM's row order while its wgmma runs: 512 chunks of 16 bytes, thread t the
+// chunks t + 128 j (8 threads per row's 128 bytes). The full barrier's phase made the stage's cp.async
+// writes visible; the stage is released only after the next k-tile's wgmma, so it is still intact. (The
+// producer storing its own chunks 3 k-tiles behind its loads, after cp.async.wait_group, measured the same:
+// session 18.) The same copy as ws_copy_box of the warpgroup's 64-row box (slot sA + wg * 8192, row0 =
+// m0 + 64 wg): to be replaced by that call once a GPU run can check it (the review found it; no device time
+// was left to test the change).
+__device__ __forceinline__ void ws_side_rows(const FastGemmParams& p, unsigned sA, const WsTile& w, int wg, int k0, int t) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int q = t + 128 * j, r = 64 * wg + (q >> 3), c = q & 7, m = w.m0 + r;
+        if (m < w.m_end && k0 + 8 * c < p.k_dim) {
+            uint4 v;
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(sA + r * 128 + ((c ^ (r & 7)) << 4)));
+            asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(p.a_rows + (long long)m * p.lda + k0 + 8 * c), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+        }
+    }
+}
+
 // Row GEMMs: the weight tile by TMA. KIND 0: K-major [E][n rows][K] (GEMM1: a gate and an up box of 128 rows;
 // clusters: boxes of 128 rows too); KIND 1: as stored, [E][K][N], four boxes of 64 columns x 64 k lines (the
 // MN-major blocks). With clusters, block `rank` loads its share of the boxes for both blocks.
@@ -913,17 +933,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                     wg_mma_ktile<KIND>(d, sA + wg * (64 * 128), sB);
 #endif
                 asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-                if (side) {
-                    // (dA_raw) this warpgroup's 64 rows of the gathered A stage written on to p.a_rows, in the
-                    // GEMM's row order, while its wgmma runs: the stage is one 64-row box per warpgroup in the
-                    // 128-byte swizzle ws_copy_box reads. The full barrier's phase made the stage's cp.async
-                    // writes visible; the stage is released only after the next k-tile's wgmma, so it is still
-                    // intact. (The producer storing its own chunks 3 k-tiles behind its loads, after
-                    // cp.async.wait_group, measured the same: session 18.)
-                    const int row0 = w.m0 + 64 * wg;
-                    if (row0 < w.m_end)
-                        ws_copy_box(sA + wg * (64 * 128), WsCopyOut{p.a_rows, p.lda, w.m_end - row0, p.k_dim}, row0, w.k_begin + kt * WG_BK, tid & 127);
-                }
+                if (side) ws_side_rows(p, sA, w, wg, w.k_begin + kt * WG_BK, tid & 127);
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
                 wg_fence_acc(d);
                 // the k-tile before this one has been read by this warpgroup's wgmma: hand its stage back
