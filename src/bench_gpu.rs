@@ -12,7 +12,7 @@ use std::process::Command as Process;
 use clap::Args;
 use half::bf16;
 use moe_kernels::fast::check::{check, HostCase, Scope};
-use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, KernelSettings, KernelTime, ENGINES};
+use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, KernelSettings, KernelTime, TileOrder, ENGINES};
 use moe_kernels::{Gpu, GpuError};
 use moe_reference::config::Activation;
 use rayon::prelude::*;
@@ -67,14 +67,15 @@ pub struct BenchGpuArgs {
 const LAYER_VARIABLES: [&str; 5] = ["MOE_FAST_GATHER_FIRST", "MOE_FAST_GEMM1_GATHER_FIRST", "MOE_FAST_SAVE_X_ROWS", "MOE_FAST_RASTER_M", "MOE_FAST_DY_ROWS_FROM_DA"];
 
 /// The persistent engine's layer switches: `FastLayer::use_gather_first` (on unless "0"), `use_gemm1_gather_first`
-/// and `use_saved_x_rows` (off unless "1"), `set_raster_m` ("auto", the default, or a row-tile count),
+/// and `use_saved_x_rows` (off unless "1"), `set_tile_order` (MOE_FAST_RASTER_M: "auto", the default, a count
+/// of row tiles per group (0: column tile fastest), or "expert": one group per expert),
 /// `use_dy_rows_from_da` (on unless "0").
 #[derive(Debug, PartialEq)]
 struct LayerSwitches {
     gather_first: bool,
     gemm1_gather_first: bool,
     save_x_rows: bool,
-    raster_m: Option<u32>,
+    raster_m: Option<TileOrder>,
     dy_rows_from_da: bool,
 }
 
@@ -84,7 +85,8 @@ fn layer_switches(assignments: &[(String, String)]) -> Result<LayerSwitches, Cli
     let [gather, gemm1, save_x, raster, dy_from_da] = LAYER_VARIABLES;
     let raster_m = match var(raster).as_deref().map(str::trim) {
         None | Some("" | "auto") => None,
-        Some(v) => Some(v.parse::<u32>().map_err(|_| fail(format!("{raster}={v:?}: expected auto or a count of row tiles (0: column tiles fastest)")))?),
+        Some("expert") => Some(TileOrder::Experts),
+        Some(v) => Some(TileOrder::RowGroups(v.parse::<u32>().map_err(|_| fail(format!("{raster}={v:?}: expected auto, expert or a count of row tiles (0: column tiles fastest)")))?)),
     };
     Ok(LayerSwitches {
         gather_first: var(gather).as_deref() != Some("0"),
@@ -423,7 +425,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
         layer.use_gemm1_gather_first(sw.gemm1_gather_first);
         layer.use_saved_x_rows(sw.save_x_rows);
         layer.use_dy_rows_from_da(sw.dy_rows_from_da);
-        layer.set_raster_m(sw.raster_m);
+        layer.set_tile_order(sw.raster_m);
     };
     if let (Some((kernel_set, _)), Some(switches_b)) = (&ab, &switches_b) {
         let kern_b = FastKernels::load_with(&gpu, args.stages, &settings.with(kernel_set).map_err(gpu_err)?).map_err(gpu_err)?;
@@ -511,9 +513,10 @@ mod tests {
         // the layer's switches: an assignment wins over the environment's (which a test cannot set safely,
         // so only the assignments' side is shown here)
         let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "0"), ("MOE_FAST_GEMM1_GATHER_FIRST", "1"), ("MOE_FAST_SAVE_X_ROWS", "1"), ("MOE_FAST_RASTER_M", "8"), ("MOE_FAST_DY_ROWS_FROM_DA", "0")]));
-        assert_eq!(sw.unwrap(), LayerSwitches { gather_first: false, gemm1_gather_first: true, save_x_rows: true, raster_m: Some(8), dy_rows_from_da: false });
+        assert_eq!(sw.unwrap(), LayerSwitches { gather_first: false, gemm1_gather_first: true, save_x_rows: true, raster_m: Some(TileOrder::RowGroups(8)), dy_rows_from_da: false });
         let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "1"), ("MOE_FAST_GEMM1_GATHER_FIRST", "0"), ("MOE_FAST_SAVE_X_ROWS", "0"), ("MOE_FAST_RASTER_M", "auto"), ("MOE_FAST_DY_ROWS_FROM_DA", "1")]));
         assert_eq!(sw.unwrap(), LayerSwitches { gather_first: true, gemm1_gather_first: false, save_x_rows: false, raster_m: None, dy_rows_from_da: true });
+        assert_eq!(layer_switches(&pairs(&[("MOE_FAST_RASTER_M", "expert")])).unwrap().raster_m, Some(TileOrder::Experts));
         let bad = layer_switches(&pairs(&[("MOE_FAST_RASTER_M", "eight")])).unwrap_err().to_string();
         assert!(bad.contains("MOE_FAST_RASTER_M") && bad.contains("eight"), "{bad}");
     }

@@ -5,7 +5,7 @@
 
 use moe_kernels::fast::case::FastCase;
 use moe_kernels::fast::check::{check, Scope};
-use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, FastTrace, ENGINES};
+use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, FastTrace, TileOrder, ENGINES};
 use moe_kernels::{gpu_for_test, Gpu, GpuError};
 use moe_reference::config::Activation;
 
@@ -76,10 +76,13 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
         if let Err(msg) = same(&first, &run_poisoned(&case, gpu, kern, engine, |l| l.use_dy_rows_from_da(false))) {
             panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): dY's rows copied first differ from written by dA_raw: {msg}");
         }
-        // the row GEMMs' tiles in groups of 3 row tiles, row tile fastest (`set_raster_m`; the default orders
-        // column tiles fastest at these sizes): the same tiles, every one written once (NaN-poisoned buffers)
-        if let Err(msg) = same(&first, &run_poisoned(&case, gpu, kern, engine, |l| l.set_raster_m(Some(3)))) {
-            panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): tiles in groups of 3 row tiles differ: {msg}");
+        // the row GEMMs' tiles in groups of 3 row tiles, row tile fastest, and in one group per expert
+        // (`set_tile_order`; the default orders column tiles fastest at these sizes): the same tiles, every one
+        // written once (NaN-poisoned buffers)
+        for order in [TileOrder::RowGroups(3), TileOrder::Experts] {
+            if let Err(msg) = same(&first, &run_poisoned(&case, gpu, kern, engine, |l| l.set_tile_order(Some(order)))) {
+                panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): tiles in the order {order:?} differ: {msg}");
+            }
         }
         // X replaced between forward and backward: the kept rows are stale, and the backward must gather the
         // new X as it does without them
@@ -211,7 +214,7 @@ fn fast_layer_matches_the_oracle_on_random_shapes() {
 /// default choice, on two small cases and one with more tiles than an H100/H200 has SMs in every row GEMM
 /// (T = 8192, k = 2: 16384 rows, 128+ row tiles), so that blocks come back to the queue. Each other choice
 /// runs twice per case: the counters one launch leaves must be zero for the next. The row tiles in groups of 8
-/// (`FastLayer::set_raster_m`) with each scheduler too.
+/// and in one group per expert (`FastLayer::set_tile_order`) with each scheduler too.
 #[test]
 fn the_dynamic_tile_scheduler_changes_no_bits() {
     use moe_kernels::fast::KernelSettings;
@@ -238,11 +241,13 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
                 }
             }
         }
-        // the row tiles fastest in groups of 8 (`set_raster_m`, the order the layer picks for large experts),
-        // with each scheduler: blocks that come back to the queue take the tiles in that order
+        // the row tiles fastest in groups of 8 and in one group per expert (`set_tile_order`), with each
+        // scheduler: blocks that come back to the queue take the tiles in that order
         for (choice, kernels) in [("default", &kern), ("all", &others[0].1), ("none", &others[1].1)] {
-            if let Err(msg) = same(&a, &run_poisoned(&case, &gpu, kernels, ws, |l| l.set_raster_m(Some(8)))) {
-                panic!("MOE_FAST_DYNAMIC={choice} with groups of 8 row tiles, case seed {seed} (T={t} H={h} I={i} E={e} k={k}): {msg}");
+            for order in [TileOrder::RowGroups(8), TileOrder::Experts] {
+                if let Err(msg) = same(&a, &run_poisoned(&case, &gpu, kernels, ws, |l| l.set_tile_order(Some(order)))) {
+                    panic!("MOE_FAST_DYNAMIC={choice} with the tile order {order:?}, case seed {seed} (T={t} H={h} I={i} E={e} k={k}): {msg}");
+                }
             }
         }
     }

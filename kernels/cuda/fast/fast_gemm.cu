@@ -53,7 +53,8 @@ struct FastGemmParams {
     int m_dim, n_dim, k_dim;  // wgrad: M and N of each expert's output; row GEMMs: N and K (m_dim unused)
     int inter;                // I (SwiGLU epilogues)
     float alpha, clamp_limit; // SwiGLU variant (clamp_limit < 0: plain)
-    int raster_m;             // persistent row GEMMs: tiles in groups of raster_m row tiles, row tile fastest; 0: column tile fastest
+    int raster_m;             // persistent row GEMMs: tiles in groups of raster_m row tiles, row tile fastest; 0: column tile fastest;
+                              // < 0: one group per expert (fast_ws.cu, ws_rows_tile)
 };
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }

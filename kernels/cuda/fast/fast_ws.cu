@@ -186,12 +186,25 @@ __device__ __forceinline__ int ws_rows_count(const FastGemmParams& p) {
 // group, so that the G tiles reading one column tile of the weights start together and an expert's weights are
 // read from DRAM about once. The host sets it where an expert's weights are large against L2 (235b's W13,
 // 25 MB: session 16, ncu on 235b's dX: L2 hit rate 71% -> 73%, dX 5% faster; 30b's 6 MB experts lost 1%).
+// p.raster_m < 0: the same with each expert's row tiles as one group (not with clusters: there it means 0).
 template <int EPI>
 __device__ __forceinline__ WsTile ws_rows_tile(const FastGemmParams& p, int t, int rank) {
     WsTile w;
     w.n_tiles = ws_rows_n_tiles<EPI>(p);
     int mp;
-    if (p.raster_m > 0) {
+    if (WS_CLUSTER == 1 && p.raster_m < 0) {
+        // groups of one expert's row tiles (all of them) by all column tiles, row tile fastest: expert e's tiles
+        // are t in [first_e, first_e + rows_e) x n_tiles, so row tile t / n_tiles is one of e's, and its m0 says
+        // which of e's it is (rows start at offsets[e] + 128 j). Why: fixed groups of G straddle experts, and the
+        // expert split between two groups has its weights read from DRAM twice, a wave apart (235b's dX and
+        // GEMM1 read ~7.5 GB where their operands are ~4.0 GB once: session 18's ncu counts).
+        const int* t0 = p.tiles + 3 * (t / w.n_tiles);
+        const int e = t0[0], start = p.offsets[e];
+        const int first = t / w.n_tiles - (t0[1] - start) / WG_BM, rows = (p.offsets[e + 1] - start + WG_BM - 1) / WG_BM;
+        const int local = t - first * w.n_tiles;
+        w.n_tile = local / rows;
+        mp = first + (local - w.n_tile * rows);
+    } else if (p.raster_m > 0) {
         const int group = t / (p.raster_m * w.n_tiles);
         const int in_group = min(p.raster_m, *p.tile_count / WS_CLUSTER - group * p.raster_m);  // the last may be short
         const int local = t - group * p.raster_m * w.n_tiles;
@@ -610,26 +623,6 @@ struct WsGatherA {
     }
 };
 
-// (dA_raw: p.a_rows, tiles of column 0) a consumer warpgroup's 64 rows of the gathered A stage (k-tile k0),
-// written on to p.a_rows in the GEMM's row order while its wgmma runs: 512 chunks of 16 bytes, thread t the
-// chunks t + 128 j (8 threads per row's 128 bytes). The full barrier's phase made the stage's cp.async
-// writes visible; the stage is released only after the next k-tile's wgmma, so it is still intact. (The
-// producer storing its own chunks 3 k-tiles behind its loads, after cp.async.wait_group, measured the same:
-// session 18.) The same copy as ws_copy_box of the warpgroup's 64-row box (slot sA + wg * 8192, row0 =
-// m0 + 64 wg): to be replaced by that call once a GPU run can check it (the review found it; no device time
-// was left to test the change).
-__device__ __forceinline__ void ws_side_rows(const FastGemmParams& p, unsigned sA, const WsTile& w, int wg, int k0, int t) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const int q = t + 128 * j, r = 64 * wg + (q >> 3), c = q & 7, m = w.m0 + r;
-        if (m < w.m_end && k0 + 8 * c < p.k_dim) {
-            uint4 v;
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(sA + r * 128 + ((c ^ (r & 7)) << 4)));
-            asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(p.a_rows + (long long)m * p.lda + k0 + 8 * c), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-        }
-    }
-}
-
 // Row GEMMs: the weight tile by TMA. KIND 0: K-major [E][n rows][K] (GEMM1: a gate and an up box of 128 rows;
 // clusters: boxes of 128 rows too); KIND 1: as stored, [E][K][N], four boxes of 64 columns x 64 k lines (the
 // MN-major blocks). With clusters, block `rank` loads its share of the boxes for both blocks.
@@ -933,7 +926,15 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                     wg_mma_ktile<KIND>(d, sA + wg * (64 * 128), sB);
 #endif
                 asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-                if (side) ws_side_rows(p, sA, w, wg, w.k_begin + kt * WG_BK, tid & 127);
+                // (dA_raw, column-0 tiles) this warpgroup's 64 rows of the gathered A stage written on to p.a_rows
+                // in the GEMM's row order while the wgmma runs. The full barrier's phase made the stage's
+                // cp.async writes visible; the stage is released only after the next k-tile's wgmma, so it is
+                // still intact. (The producer storing its own chunks 3 k-tiles behind its loads, after
+                // cp.async.wait_group, measured the same: session 18.) Rows past m_end: o.rows <= 0, none copied.
+                if (side) {
+                    const int row0 = w.m0 + 64 * wg;
+                    ws_copy_box(sA + wg * 8192, WsCopyOut{p.a_rows, p.lda, w.m_end - row0, p.k_dim}, row0, w.k_begin + kt * WG_BK, tid & 127);
+                }
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
                 wg_fence_acc(d);
                 // the k-tile before this one has been read by this warpgroup's wgmma: hand its stage back

@@ -30,20 +30,34 @@ pub struct FastDims {
     pub top_k: usize,
 }
 
+/// The persistent row GEMMs' tile order (`FastLayer::set_tile_order`): which tiles run close in time, hence
+/// which weights and rows the L2 must hold at once. The same tiles in any order: bitwise the same results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TileOrder {
+    /// column tile fastest (a row tile's gathered rows stay in L2 across its column tiles)
+    Columns,
+    /// groups of this many row tiles by all column tiles, row tile fastest inside a group (0: `Columns`)
+    RowGroups(u32),
+    /// each expert's row tiles as one group (its weights' column tile read by all its row tiles at once)
+    Experts,
+}
+
 /// `raster_group`: a persistent row GEMM whose weights per expert exceed this many bytes runs its tiles in groups
 /// of `RASTER_GROUP` row tiles, so that the ~8 tiles reading one weight column start together (the H100's and
 /// H200's L2 hold 50 MB; 235b's W13 is 25 MB per expert: dX 5% faster; its W2 12.5 MB: no gain; 30b's 6 MB experts
 /// lost 1%: session 16).
 const RASTER_MIN_WEIGHT_BYTES: usize = 16 << 20;
-const RASTER_GROUP: i32 = 8;
+const RASTER_GROUP: TileOrder = TileOrder::RowGroups(8);
 
 /// `FastGemmParams.raster_m` for a persistent row GEMM with `n` x `k` bf16 weights per expert under the
-/// layer's setting (`FastLayer::set_raster_m`).
-fn raster_group(setting: Option<u32>, n: i32, k: i32) -> i32 {
-    match setting {
-        Some(g) => g.min(1 << 16) as i32,
-        None if n.max(0) as usize * k.max(0) as usize * 2 > RASTER_MIN_WEIGHT_BYTES => RASTER_GROUP,
-        None => 0,
+/// layer's setting (`FastLayer::set_tile_order`): 0 column tile fastest, G > 0 groups of G row tiles, -1 one
+/// group per expert.
+fn raster_group(setting: Option<TileOrder>, n: i32, k: i32) -> i32 {
+    let order = setting.unwrap_or(if n.max(0) as usize * k.max(0) as usize * 2 > RASTER_MIN_WEIGHT_BYTES { RASTER_GROUP } else { TileOrder::Columns });
+    match order {
+        TileOrder::Columns => 0,
+        TileOrder::RowGroups(g) => g.min(1 << 16) as i32,
+        TileOrder::Experts => -1,
     }
 }
 
@@ -307,7 +321,7 @@ pub struct FastLayer<'g> {
     x_rows_fresh: bool,
     /// the persistent row GEMMs' tile order: None = by the weights' size (`raster_group`), Some(0) = column tile
     /// fastest, Some(G) = groups of G row tiles, row tile fastest
-    raster_m: Option<u32>,
+    raster_m: Option<TileOrder>,
     /// dA_raw = dY[token]·W2 (unweighted), bf16: the direct backward's input to fc_swiglu_bwd_rows
     da_raw: CudaSlice<u16>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
@@ -523,12 +537,10 @@ impl<'g> FastLayer<'g> {
         self.save_x_rows = on;
     }
 
-    /// The persistent row GEMMs' tile order: `None` (the default) chooses per GEMM by the size of one expert's
-    /// weights (`RASTER_MIN_WEIGHT_BYTES`), `Some(0)` runs column tiles fastest everywhere, `Some(g)` groups of g
-    /// row tiles, row tile fastest inside a group, everywhere. The same tiles in another order: bitwise the same
-    /// results.
-    pub fn set_raster_m(&mut self, g: Option<u32>) {
-        self.raster_m = g;
+    /// The persistent row GEMMs' tile order (`TileOrder`) for every row GEMM; `None` (the default) chooses per
+    /// GEMM by the size of one expert's weights (`RASTER_MIN_WEIGHT_BYTES`). Bitwise the same results.
+    pub fn set_tile_order(&mut self, order: Option<TileOrder>) {
+        self.raster_m = order;
     }
 
     /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies), and the

@@ -27,4 +27,4 @@ mod layer;
 mod source;
 
 pub use kernels::{FastKernels, KernelSettings};
-pub use layer::{Engine, FastBuffers, FastDims, FastLayer, FastTrace, Inputs, KernelTime, ENGINES};
+pub use layer::{Engine, FastBuffers, FastDims, FastLayer, FastTrace, Inputs, KernelTime, TileOrder, ENGINES};
