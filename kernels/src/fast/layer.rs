@@ -1287,9 +1287,11 @@ mod tests {
         assert_eq!(shapes(4096, 1536).map(|(n, k)| raster_group(None, n, k)), [8, 0, 0, 8]);
         assert_eq!(shapes(2048, 768).map(|(n, k)| raster_group(None, n, k)), [0; 4]);
         // a setting wins everywhere
-        assert_eq!(shapes(4096, 1536).map(|(n, k)| raster_group(Some(0), n, k)), [0; 4]);
-        assert_eq!(shapes(2048, 768).map(|(n, k)| raster_group(Some(3), n, k)), [3; 4]);
-        assert_eq!(raster_group(Some(u32::MAX), 8, 8), 1 << 16);
+        assert_eq!(shapes(4096, 1536).map(|(n, k)| raster_group(Some(TileOrder::Columns), n, k)), [0; 4]);
+        assert_eq!(shapes(4096, 1536).map(|(n, k)| raster_group(Some(TileOrder::RowGroups(0)), n, k)), [0; 4]);
+        assert_eq!(shapes(2048, 768).map(|(n, k)| raster_group(Some(TileOrder::RowGroups(3)), n, k)), [3; 4]);
+        assert_eq!(shapes(2048, 768).map(|(n, k)| raster_group(Some(TileOrder::Experts), n, k)), [-1; 4]);
+        assert_eq!(raster_group(Some(TileOrder::RowGroups(u32::MAX)), 8, 8), 1 << 16);
     }
 
     #[test]
