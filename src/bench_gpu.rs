@@ -75,7 +75,7 @@ struct LayerSwitches {
     gather_first: bool,
     gemm1_gather_first: bool,
     save_x_rows: bool,
-    raster_m: Option<TileOrder>,
+    tile_order: Option<TileOrder>,
     dy_rows_from_da: bool,
 }
 
@@ -83,7 +83,7 @@ struct LayerSwitches {
 fn layer_switches(assignments: &[(String, String)]) -> Result<LayerSwitches, CliError> {
     let var = |name: &str| assignments.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.clone()).or_else(|| std::env::var(name).ok());
     let [gather, gemm1, save_x, raster, dy_from_da] = LAYER_VARIABLES;
-    let raster_m = match var(raster).as_deref().map(str::trim) {
+    let tile_order = match var(raster).as_deref().map(str::trim) {
         None | Some("" | "auto") => None,
         Some("expert") => Some(TileOrder::Experts),
         Some(v) => Some(TileOrder::RowGroups(v.parse::<u32>().map_err(|_| fail(format!("{raster}={v:?}: expected auto, expert or a count of row tiles (0: column tiles fastest)")))?)),
@@ -92,7 +92,7 @@ fn layer_switches(assignments: &[(String, String)]) -> Result<LayerSwitches, Cli
         gather_first: var(gather).as_deref() != Some("0"),
         gemm1_gather_first: var(gemm1).as_deref() == Some("1"),
         save_x_rows: var(save_x).as_deref() == Some("1"),
-        raster_m,
+        tile_order,
         dy_rows_from_da: var(dy_from_da).as_deref() != Some("0"),
     })
 }
@@ -425,7 +425,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
         layer.use_gemm1_gather_first(sw.gemm1_gather_first);
         layer.use_saved_x_rows(sw.save_x_rows);
         layer.use_dy_rows_from_da(sw.dy_rows_from_da);
-        layer.set_tile_order(sw.raster_m);
+        layer.set_tile_order(sw.tile_order);
     };
     if let (Some((kernel_set, _)), Some(switches_b)) = (&ab, &switches_b) {
         let kern_b = FastKernels::load_with(&gpu, args.stages, &settings.with(kernel_set).map_err(gpu_err)?).map_err(gpu_err)?;
@@ -513,10 +513,10 @@ mod tests {
         // the layer's switches: an assignment wins over the environment's (which a test cannot set safely,
         // so only the assignments' side is shown here)
         let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "0"), ("MOE_FAST_GEMM1_GATHER_FIRST", "1"), ("MOE_FAST_SAVE_X_ROWS", "1"), ("MOE_FAST_RASTER_M", "8"), ("MOE_FAST_DY_ROWS_FROM_DA", "0")]));
-        assert_eq!(sw.unwrap(), LayerSwitches { gather_first: false, gemm1_gather_first: true, save_x_rows: true, raster_m: Some(TileOrder::RowGroups(8)), dy_rows_from_da: false });
+        assert_eq!(sw.unwrap(), LayerSwitches { gather_first: false, gemm1_gather_first: true, save_x_rows: true, tile_order: Some(TileOrder::RowGroups(8)), dy_rows_from_da: false });
         let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "1"), ("MOE_FAST_GEMM1_GATHER_FIRST", "0"), ("MOE_FAST_SAVE_X_ROWS", "0"), ("MOE_FAST_RASTER_M", "auto"), ("MOE_FAST_DY_ROWS_FROM_DA", "1")]));
-        assert_eq!(sw.unwrap(), LayerSwitches { gather_first: true, gemm1_gather_first: false, save_x_rows: false, raster_m: None, dy_rows_from_da: true });
-        assert_eq!(layer_switches(&pairs(&[("MOE_FAST_RASTER_M", "expert")])).unwrap().raster_m, Some(TileOrder::Experts));
+        assert_eq!(sw.unwrap(), LayerSwitches { gather_first: true, gemm1_gather_first: false, save_x_rows: false, tile_order: None, dy_rows_from_da: true });
+        assert_eq!(layer_switches(&pairs(&[("MOE_FAST_RASTER_M", "expert")])).unwrap().tile_order, Some(TileOrder::Experts));
         let bad = layer_switches(&pairs(&[("MOE_FAST_RASTER_M", "eight")])).unwrap_err().to_string();
         assert!(bad.contains("MOE_FAST_RASTER_M") && bad.contains("eight"), "{bad}");
     }

@@ -197,7 +197,8 @@ __device__ __forceinline__ WsTile ws_rows_tile(const FastGemmParams& p, int t, i
         // are t in [first_e, first_e + rows_e) x n_tiles, so row tile t / n_tiles is one of e's, and its m0 says
         // which of e's it is (rows start at offsets[e] + 128 j). Why: fixed groups of G straddle experts, and the
         // expert split between two groups has its weights read from DRAM twice, a wave apart (235b's dX and
-        // GEMM1 read ~7.5 GB where their operands are ~4.0 GB once: session 18's ncu counts).
+        // GEMM1 read ~7.5 GB where their operands are ~4.0 GB once: session 18's ncu counts). By expert they read
+        // 4.4 / 4.7 GB, and run no faster (session 19): an option, not the host's default.
         const int* t0 = p.tiles + 3 * (t / w.n_tiles);
         const int e = t0[0], start = p.offsets[e];
         const int first = t / w.n_tiles - (t0[1] - start) / WG_BM, rows = (p.offsets[e + 1] - start + WG_BM - 1) / WG_BM;

@@ -38,7 +38,8 @@ pub enum TileOrder {
     Columns,
     /// groups of this many row tiles by all column tiles, row tile fastest inside a group (0: `Columns`)
     RowGroups(u32),
-    /// each expert's row tiles as one group (its weights' column tile read by all its row tiles at once)
+    /// each expert's row tiles as one group (its weights' column tile read by all its row tiles at once: 235b
+    /// reads 6.7 GB less from HBM per pass, and runs no faster, session 19)
     Experts,
 }
 
@@ -319,9 +320,8 @@ pub struct FastLayer<'g> {
     /// (a forward made them and X has not changed since)
     x_rows: CudaSlice<u16>,
     x_rows_fresh: bool,
-    /// the persistent row GEMMs' tile order: None = by the weights' size (`raster_group`), Some(0) = column tile
-    /// fastest, Some(G) = groups of G row tiles, row tile fastest
-    raster_m: Option<TileOrder>,
+    /// the persistent row GEMMs' tile order: None = by the weights' size (`raster_group`)
+    tile_order: Option<TileOrder>,
     /// dA_raw = dY[token]·W2 (unweighted), bf16: the direct backward's input to fc_swiglu_bwd_rows
     da_raw: CudaSlice<u16>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
@@ -431,7 +431,7 @@ impl<'g> FastLayer<'g> {
             save_x_rows: false,
             x_rows: z16(1)?,
             x_rows_fresh: false,
-            raster_m: None,
+            tile_order: None,
             da_raw: z16(if k.wgmma { rows * id } else { 1 })?,
             profile: None,
         })
@@ -540,7 +540,7 @@ impl<'g> FastLayer<'g> {
     /// The persistent row GEMMs' tile order (`TileOrder`) for every row GEMM; `None` (the default) chooses per
     /// GEMM by the size of one expert's weights (`RASTER_MIN_WEIGHT_BYTES`). Bitwise the same results.
     pub fn set_tile_order(&mut self, order: Option<TileOrder>) {
-        self.raster_m = order;
+        self.tile_order = order;
     }
 
     /// Every GEMM on wgmma, the data gradients reading the weights as stored (no transposed copies), and the
@@ -668,7 +668,7 @@ impl<'g> FastLayer<'g> {
             if !self.k.dynamic(ws) {
                 p.tile_ctr = 0;  // the fixed tile order (see DEFAULT_DYNAMIC in kernels.rs)
             }
-            p.raster_m = raster_group(self.raster_m, p.n_dim, p.k_dim);
+            p.raster_m = raster_group(self.tile_order, p.n_dim, p.k_dim);
             let cfg = self.persistent_config(ws, grid);
             let maps = self.tensor_maps(ws, &p)?;
             return self.launch(label, |me| me.launch_persistent(ws, cfg, &p, &maps));
