@@ -214,7 +214,9 @@ fn fast_layer_matches_the_oracle_on_random_shapes() {
 /// default choice, on two small cases and one with more tiles than an H100/H200 has SMs in every row GEMM
 /// (T = 8192, k = 2: 16384 rows, 128+ row tiles), so that blocks come back to the queue. Each other choice
 /// runs twice per case: the counters one launch leaves must be zero for the next. The row tiles in groups of 8
-/// and in one group per expert (`FastLayer::set_tile_order`) with each scheduler too.
+/// and in one group per expert (`FastLayer::set_tile_order`) with each scheduler too. And the same with every
+/// persistent GEMM in clusters of two (`MOE_FAST_CLUSTERED=all`, B multicast), with the default dynamic choice
+/// and with all dynamic: the cluster-wide tile queue.
 #[test]
 fn the_dynamic_tile_scheduler_changes_no_bits() {
     use moe_kernels::fast::KernelSettings;
@@ -226,9 +228,18 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
     }
     let ws = ENGINES.iter().find(|(n, _)| *n == "ws").expect("the ws engine").1;
     let base = KernelSettings::from_env();
-    let others: Vec<(&str, FastKernels)> = ["all", "none"]
+    // (name, MOE_FAST_DYNAMIC, MOE_FAST_CLUSTERED): the clustered kernels with the default dynamic choice and
+    // with all dynamic run the cluster-wide tile queue (block 0 of a cluster claims, the partner reads its slot)
+    let variants = [("all", "all", "none"), ("none", "none", "none"), ("clustered", "", "all"), ("clustered+all", "all", "all")];
+    let others: Vec<(&str, FastKernels)> = variants
         .into_iter()
-        .map(|choice| (choice, FastKernels::load_with(&gpu, kern.stages, &base.with(&[("MOE_FAST_DYNAMIC".into(), choice.into())]).unwrap()).expect("kernels load")))
+        .map(|(name, dynamic, clustered)| {
+            let mut set = vec![("MOE_FAST_CLUSTERED".to_string(), clustered.to_string())];
+            if !dynamic.is_empty() {
+                set.push(("MOE_FAST_DYNAMIC".into(), dynamic.into()));
+            }
+            (name, FastKernels::load_with(&gpu, kern.stages, &base.with(&set).unwrap()).expect("kernels load"))
+        })
         .collect();
     for (seed, t, h, i, e, k) in [(11u64, 300, 256, 192, 4, 2), (14, 200, 520, 264, 2, 2), (21, 8192, 1024, 256, 8, 2)] {
         let case = FastCase::new(seed, t, h, i, e, k, Activation::Swiglu, 0.05);
@@ -237,16 +248,16 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
             for run in 0..2 {
                 let b = case.run(&gpu, other, ws, true, run == 1).expect("other kernels");
                 if let Err(msg) = same(&a, &b) {
-                    panic!("MOE_FAST_DYNAMIC={choice}, case seed {seed} (T={t} H={h} I={i} E={e} k={k}), run {run}: {msg}");
+                    panic!("scheduler variant {choice}, case seed {seed} (T={t} H={h} I={i} E={e} k={k}), run {run}: {msg}");
                 }
             }
         }
         // the row tiles fastest in groups of 8 and in one group per expert (`set_tile_order`), with each
         // scheduler: blocks that come back to the queue take the tiles in that order
-        for (choice, kernels) in [("default", &kern), ("all", &others[0].1), ("none", &others[1].1)] {
+        for (choice, kernels) in std::iter::once(("default", &kern)).chain(others.iter().map(|(c, k)| (*c, k))) {
             for order in [TileOrder::RowGroups(8), TileOrder::Experts] {
                 if let Err(msg) = same(&a, &run_poisoned(&case, &gpu, kernels, ws, |l| l.set_tile_order(Some(order)))) {
-                    panic!("MOE_FAST_DYNAMIC={choice} with the tile order {order:?}, case seed {seed} (T={t} H={h} I={i} E={e} k={k}): {msg}");
+                    panic!("scheduler variant {choice} with the tile order {order:?}, case seed {seed} (T={t} H={h} I={i} E={e} k={k}): {msg}");
                 }
             }
         }

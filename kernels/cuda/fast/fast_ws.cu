@@ -72,14 +72,24 @@ __device__ __forceinline__ void mbar_arrive_cp_async(unsigned bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // Wait until the phase of parity `parity` has completed (a fresh barrier counts its phase "-1", parity 1, as done).
+// CLUSTER: with acquire at cluster scope, for a barrier that the partner block of a cluster arrives on with
+// release at cluster scope (the cluster-wide tile queue: what the partner wrote before is then visible here).
+template <bool CLUSTER = false>
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     unsigned done = 0;
     while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
+        if (CLUSTER)
+            asm volatile(
+                "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                : "=r"(done)
+                : "r"(bar), "r"(parity)
+                : "memory");
+        else
+            asm volatile(
+                "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                : "=r"(done)
+                : "r"(bar), "r"(parity)
+                : "memory");
     }
 }
 
@@ -113,6 +123,17 @@ __device__ __forceinline__ void mbar_arrive_cta(unsigned bar, unsigned cta) {
 #else
     asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta) : "memory");
 #endif
+}
+// The cluster-wide tile queue (dynamic scheduler with clusters): block 0 of the cluster writes the int v into
+// the partner block `cta`'s copy of the shared variable at offset addr, then arrives on the partner's barrier
+// bar with release at cluster scope, so that the partner, waiting with mbar_wait<true>, sees v. The partner's
+// readers arrive back on block 0's barrier the same way before block 0 may write that slot again.
+__device__ __forceinline__ void st_shared_remote(unsigned addr, int v, unsigned cta) {
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nst.shared::cluster.u32 [ra], %2;\n}\n" ::"r"(addr), "r"(cta), "r"(v) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_remote_release(unsigned bar, unsigned cta) {
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
+                 : "memory");
 }
 // A consumer warp's release of a stage (warp wq of its warpgroup, after its wgmma.wait_group): lane 0 arrives on
 // its own block's empty barrier and (clusters) on the partner's. WS_WG_RELEASE (experiment): one arrival per
@@ -326,15 +347,16 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 // session 13: blocks whose column tiles waited longer for their stages), and the GEMM lasts as long as its
 // slowest block; session 14 measured 235b's gemm1 -15%, gemm2 -21%, dX -28%, but dA_raw +9% and the weight
 // gradients +3-4% (their blocks are even already, and the queue costs a little), so the host turns it on per
-// kernel (MOE_FAST_DYNAMIC). Not with clusters (their units would need a cluster-wide queue).
+// kernel (MOE_FAST_DYNAMIC).
+// With clusters the queue is cluster-wide: the two blocks must take the same units in the same order, so block
+// 0's producer claims each unit and writes it into both blocks' queue slots (the partner's through DSMEM,
+// st_shared_remote + a remote arrival on its tfull); the partner's producer and consumer warps arrive back on
+// block 0's tempty (8 consumer warps of each block + the partner's producer: 17 arrivals) so that block 0
+// refills a slot only when both blocks have read it.
 // The counters live in the layer (FastGemmParams::tile_ctr), one pair, used by one launch at a time (the
 // layer's launches are ordered on its stream).
 #ifndef WS_DYNAMIC
 #define WS_DYNAMIC 1
-#endif
-#if WS_CLUSTER > 1  // (a clustered module compiled with the same definitions keeps the fixed order)
-#undef WS_DYNAMIC
-#define WS_DYNAMIC 0
 #endif
 #define WS_TQ 4  // tile ids in flight between the producer and the consumers
 
@@ -740,7 +762,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
 #if WS_DYNAMIC
         for (int q = 0; q < WS_TQ; ++q) {
             mbar_init(tfull0 + 8 * q, 1);
-            mbar_init(tempty0 + 8 * q, 8);
+            mbar_init(tempty0 + 8 * q, 8 * WS_CLUSTER + (WS_CLUSTER - 1));  // (clusters: only block 0's is used)
         }
 #endif
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -771,16 +793,32 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
 #if WS_DYNAMIC
             if (dyn) {
                 const unsigned q = j % WS_TQ;
-                if (tid == 0) {
-                    mbar_wait(tempty0 + 8 * q, ((j / WS_TQ) & 1) ^ 1);  // the consumers have read slot q's last tile
-                    // (claiming the next tile one tile earlier, so that the atomic's round trip overlaps a
-                    // tile's loads, measured no faster: session 15, BENCHMARKS.md)
-                    const int next = j == 0 ? first : stride + atomicAdd(p.tile_ctr, 1);
-                    *(volatile int*)&stile[q] = next < count ? next : count;
-                    mbar_arrive(tfull0 + 8 * q);
+#if WS_CLUSTER > 1
+                if (rank != 0) {  // the partner: block 0 claims the unit and writes it here
+                    if (tid == 0) mbar_wait<true>(tfull0 + 8 * q, (j / WS_TQ) & 1);
+                    producer_sync();
+                    t = *(volatile int*)&stile[q];
+                    producer_sync();  // every producer thread has read the slot: block 0 may refill it
+                    if (tid == 0) mbar_arrive_remote_release(tempty0 + 8 * q, 0);
+                } else
+#endif
+                {
+                    if (tid == 0) {
+                        // the consumers (clusters: and the partner's readers) have read slot q's last tile
+                        mbar_wait<(WS_CLUSTER > 1)>(tempty0 + 8 * q, ((j / WS_TQ) & 1) ^ 1);
+                        // (claiming the next tile one tile earlier, so that the atomic's round trip overlaps a
+                        // tile's loads, measured no faster: session 15, BENCHMARKS.md)
+                        const int next = j == 0 ? first : stride + atomicAdd(p.tile_ctr, 1);
+                        *(volatile int*)&stile[q] = next < count ? next : count;
+#if WS_CLUSTER > 1
+                        st_shared_remote(smem_u32(&stile[q]), next < count ? next : count, 1);
+                        mbar_arrive_remote_release(tfull0 + 8 * q, 1);
+#endif
+                        mbar_arrive(tfull0 + 8 * q);
+                    }
+                    producer_sync();  // every producer thread reads the slot before thread 0 can come back to it
+                    t = *(volatile int*)&stile[q];
                 }
-                producer_sync();  // every producer thread reads the slot before thread 0 can come back to it
-                t = *(volatile int*)&stile[q];
             }
 #endif
             if (t >= count) break;
@@ -851,10 +889,11 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         cp_async_commit();  // every copy of this thread into a group, then all landed before it exits
         cp_async_wait<0>();
 #if WS_DYNAMIC
-        if (dyn && tid == 0) {
-            // the last block to finish taking tiles puts the counters back to zero for the next launch
+        if (dyn && tid == 0 && rank == 0) {
+            // the last block (clusters: block 0 of the last cluster) to finish taking tiles puts the counters
+            // back to zero for the next launch
             __threadfence();
-            if (atomicAdd(p.tile_ctr + 1, 1) == (int)gridDim.x - 1) {
+            if (atomicAdd(p.tile_ctr + 1, 1) == (int)gridDim.x / WS_CLUSTER - 1) {
                 atomicExch(p.tile_ctr, 0);
                 atomicExch(p.tile_ctr + 1, 0);
             }
@@ -885,10 +924,15 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
 #if WS_DYNAMIC
             if (dyn) {
                 const unsigned q = j % WS_TQ;
-                mbar_wait(tfull0 + 8 * q, (j / WS_TQ) & 1);
+                mbar_wait<(WS_CLUSTER > 1)>(tfull0 + 8 * q, (j / WS_TQ) & 1);
                 t = *(volatile int*)&stile[q];
                 __syncwarp();
+#if WS_CLUSTER > 1
+                if (lane == 0 && rank != 0) mbar_arrive_remote_release(tempty0 + 8 * q, 0);
+                if (lane == 0 && rank == 0) mbar_arrive(tempty0 + 8 * q);
+#else
                 if (lane == 0) mbar_arrive(tempty0 + 8 * q);
+#endif
             }
 #endif
             if (t >= count) break;

@@ -83,7 +83,7 @@ pub struct FastKernels {
     clusters: HashMap<&'static str, usize>,
     max_clusters: HashMap<&'static str, usize>,
     /// The persistent GEMMs launched with the dynamic tile scheduler (MOE_FAST_DYNAMIC). A kernel compiled
-    /// without it (WS_DYNAMIC=0 in MOE_FAST_DEFINES, or a clustered one) ignores the counter and keeps the
+    /// without it (WS_DYNAMIC=0 in MOE_FAST_DEFINES) ignores the counter and keeps the
     /// fixed order, so the list needs no filtering here.
     dynamic: Vec<&'static str>,
     /// Experiment `WS_EXP_CLUSTER_NO_MC`: clustered launches, each block loading all of B (the B boxes' size
