@@ -279,13 +279,6 @@ struct __align__(64) TmaDesc {
 __device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes) : "memory");
 }
-// Bulk copy (TMA without a tensor map): `bytes` bytes from global src to shared dst, both 16-byte aligned,
-// bytes a multiple of 16; they complete on barrier `bar` (announced there by mbar_expect_tx).
-__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"((unsigned long long)src), "r"(bytes),
-                 "r"(bar)
-                 : "memory");
-}
 // TMA: the box of `desc` at (c0, c1, c2) into shared memory at dst; its bytes complete on barrier `bar`
 // (announced there by mbar_expect_tx).
 __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDesc* desc, int c0, int c1, int c2, unsigned bar) {
@@ -366,10 +359,6 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 #define WS_DYNAMIC 1
 #endif
 #define WS_TQ 4  // tile ids in flight between the producer and the consumers
-#ifndef WS_IDX_BULK  // the weight gradients' gathered-row indices by bulk copies (1) or cp.async (0): see fetch
-#define WS_IDX_BULK 1
-#endif
-#define WS_IDX_SLOT (WS_IDX_BULK ? 68 : 64)  // ints per index slot
 
 #ifndef WS_STAGES
 #define WS_STAGES WG_STAGES
@@ -724,10 +713,8 @@ struct WsWgrad {
 #pragma unroll
             for (int i = 0; i < N; ++i) {
                 const int line = (tid >> SH) + (128 >> SH) * i;
-                const bool ok = live && (INSIDE || k0 + line < k_end);
-                // a line past k_end reads nothing (its index: the next expert's row, or the array's padding)
-                const unsigned row = INSIDE ? (unsigned)sidx[line] : (ok ? (unsigned)sidx[line] : 0u);
-                cp_async16(d0 + 2 * swz<8>(line, c & 7), col + (unsigned long long)row * ld, ok);
+                const bool ok = live && (INSIDE || k0 + line < k_end);  // a line past k_end has index 0
+                cp_async16(d0 + 2 * swz<8>(line, c & 7), col + (unsigned long long)(unsigned)sidx[line] * ld, ok);
             }
         } else {
 #pragma unroll
@@ -749,15 +736,7 @@ template <int EPI, int KIND>
 __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* ta, const TmaDesc* tb, const TmaDesc* tc, const TmaDesc* td) {
     const unsigned sbase = wg_smem_base();
     __shared__ __align__(8) unsigned long long bars[2 * WS_STAGES];  // full[s], then empty[s]
-#if WS_IDX_BULK
-    // weight gradients: the k-tiles' row indices (a slot holds 68 from a 16-byte-aligned start, see fetch)
-    // and the barriers their bulk copies complete on
-    __shared__ __align__(16) int sidx[4][WS_IDX_SLOT];
-    __shared__ __align__(8) unsigned long long ibars[4];
-    const unsigned ibar0 = smem_u32(&ibars[0]);
-#else
-    __shared__ int sidx[4][WS_IDX_SLOT];  // weight gradients: the k-tiles' row indices
-#endif
+    __shared__ int sidx[4][64];                                     // weight gradients: the k-tiles' row indices
     const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[WS_STAGES]);
 #if WS_DYNAMIC
     // the tile queue: producer thread 0 writes tile j's index into stile[j % WS_TQ] and arrives on its tfull;
@@ -780,10 +759,6 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             // wgmma have read the stage
             mbar_init(empty0 + 8 * s, 2 * WS_RELEASES_PER_WG * WS_RELEASE_BLOCKS);
         }
-#if WS_IDX_BULK
-        if (KIND == 2)
-            for (int q = 0; q < 4; ++q) mbar_init(ibar0 + 8 * q, 1);
-#endif
 #if WS_DYNAMIC
         for (int q = 0; q < WS_TQ; ++q) {
             mbar_init(tfull0 + 8 * q, 1);
@@ -810,7 +785,6 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         for (int i = 0; i < (int)(blockIdx.x & 3); ++i) __nanosleep(WS_STAGGER_NS);
 #endif
         unsigned it = 0;
-        unsigned ibase = 0;  // (WS_IDX_BULK) index copies issued before this tile: copy n goes to slot n % 4
         WsGatherA gather;
         WsWgrad wgrad;
         const int* gidx = (KIND == 2) ? (p.a_idx ? p.a_idx : p.b_idx) : nullptr;
@@ -853,41 +827,20 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 wgrad.setup(p, w, tid);
             else if (!a_tma)
                 gather.setup(p, w, tid);
-            // weight gradients: the gathered rows' indices of k-tile kt are fetched three k-tiles ahead (a
-            // k-tile takes about as long as one memory round trip) into a ring of 4 slots.
-            // WS_IDX_BULK (default): thread 0 copies them by one bulk copy (TMA) of 272 bytes from the 16-byte-
-            // aligned start at or before the k-tile's first index (68 indices; the index array is padded past
-            // its end, FastLayer's row_token) into slot n % 4, completing on ibars[n % 4]; the threads wait on
-            // that barrier before reading. Why: the cp.async version below shares its commit groups with the
-            // data's cp.async copies, so its cp.async.wait_group also waited for data loads 2-3 k-tiles old,
-            // which bounded the gathers in flight (session 18's ncu: the gathered weight gradients'
-            // producer sat behind that wait, latency-bound). Here the data copies complete on the stages' full
-            // barriers only, and the producer runs as far ahead as the stages let it.
-            // WS_IDX_BULK=0: threads 0..63 copy them by 4-byte cp.async, one commit group per k-tile, into
-            // sidx[kt % 4]. (Plain loads two k-tiles ahead, which keep the indices out of the data's commit
-            // groups but wait for a tile's first indices at its start, measured slower: grad_w2 gathered 0.898
-            // -> 1.126 ms, session 18.)
-            // No copy for k-tiles past the tile's last (cp.async: an empty group keeps the count): such a copy
-            // could land after the next tile's copy into the same slot.
+            // weight gradients: the gathered rows' indices of k-tile kt sit in sidx[kt % 4], copied there by
+            // threads 0..63 (4-byte cp.async, one commit group per k-tile) three k-tiles ahead: a k-tile takes
+            // about as long as one memory round trip. (Plain loads two k-tiles ahead instead, which keep the
+            // indices out of the data's commit groups but wait for a tile's first indices at its start, measured
+            // slower: grad_w2 gathered 0.898 -> 1.126 ms, session 18.)
+            // No copy for k-tiles past the tile's last (an empty group keeps the count): such a copy could land
+            // after the next tile's copy into the same slot.
             const auto fetch = [&](int kt) {
-#if WS_IDX_BULK
-                if (tid == 0 && kt < w.nk) {
-                    const unsigned slot = (ibase + kt) & 3, bar = ibar0 + 8 * slot;
-                    mbar_expect_tx(bar, WS_IDX_SLOT * 4);
-                    bulk_load(smem_u32(&sidx[slot][0]), gidx + ((w.k_begin + kt * WG_BK) & ~3), WS_IDX_SLOT * 4, bar);
-                }
-#else
                 const int k = w.k_begin + kt * WG_BK + tid;
                 if (tid < 64 && kt < w.nk) cp_async4(smem_u32(&sidx[kt & 3][tid]), gidx + (k < w.k_end ? k : 0), k < w.k_end);
                 cp_async_commit();
-#endif
             };
             if (KIND == 2 && gidx) {
                 producer_sync();  // every producer thread is done with the previous tile's indices
-#if WS_IDX_BULK
-                // the bulk copies (async proxy) write slots that the threads read through the generic proxy
-                if (tid == 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
 #pragma unroll
                 for (int j = 0; j < 3; ++j) fetch(j);
             }
@@ -896,18 +849,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 const unsigned full = full0 + 8 * s;
                 const int k0 = w.k_begin + kt * WG_BK;
                 if (KIND == 2 && gidx) {
-#if WS_IDX_BULK
-                    if (kt > 0) {  // (kt 0: the tile's first producer_sync did it)
-                        producer_sync();  // every thread has read k-tile kt - 1's slot, which fetch(kt + 3) refills
-                        if (tid == 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                    }
-                    fetch(kt + 3);
-                    mbar_wait(ibar0 + 8 * ((ibase + kt) & 3), ((ibase + kt) >> 2) & 1);  // k-tile kt's indices are in
-#else
                     cp_async_wait<2>();  // this thread's copy for k-tile kt has landed (kt + 1, kt + 2 may not)
                     producer_sync();     // ... and every thread's; sidx[(kt + 3) % 4] is read by nobody now
                     fetch(kt + 3);
-#endif
                 }
                 mbar_wait(empty0 + 8 * s, phase ^ 1);
                 const unsigned sA = sbase + s * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
@@ -927,12 +871,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                             mbar_arrive(full);
                         }
                     }
-#if WS_IDX_BULK
-                    const int* kidx = &sidx[(ibase + kt) & 3][k0 & 3];  // the slot starts at index (k0 & ~3)
-#else
-                    const int* kidx = sidx[kt & 3];
-#endif
-                    wgrad.load(p, sA, sB, k0, w.k_end, kidx, tid, a_tma && inside, b_tma && inside);
+                    wgrad.load(p, sA, sB, k0, w.k_end, sidx[kt & 3], tid, a_tma && inside, b_tma && inside);
                     mbar_arrive_cp_async(full);
                 } else {
                     if (tid == 0) {
@@ -946,7 +885,6 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                     }
                 }
             }
-            ibase += w.nk;
         }
         cp_async_commit();  // every copy of this thread into a group, then all landed before it exits
         cp_async_wait<0>();

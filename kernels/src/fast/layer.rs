@@ -19,9 +19,6 @@ const TILE_N: usize = 128;
 const WG_TILE_N: usize = 256;
 /// Slots per routing chunk (FR_CHUNK).
 const ROUTE_CHUNK: usize = 256;
-/// Zero entries after the routed rows' token indices (`row_token`): the weight gradients read each k-tile's indices as
-/// 68 entries from a 16-byte-aligned start (fast_ws.cu, WS_IDX_BULK), up to 67 past the last row.
-const ROW_TOKEN_PAD: usize = 72;
 
 /// Layer shape.
 #[derive(Clone, Copy, Debug)]
@@ -404,9 +401,7 @@ impl<'g> FastLayer<'g> {
             tiles2: zeros(gpu, 3 * (max_tiles + e))?,
             tile_count2: zeros(gpu, 1)?,
             tile_ctr: zeros(gpu, 2)?,
-            // padded: the weight gradients copy a k-tile's indices in 272-byte blocks from a 16-byte-aligned
-            // start (fast_ws.cu, WS_IDX_BULK), which may reach up to 68 entries past the last row
-            row_token: zeros(gpu, rows + ROW_TOKEN_PAD)?,
+            row_token: zeros(gpu, rows)?,
             row_slot: zeros(gpu, rows)?,
             row_w: zeros(gpu, rows)?,
             slot_row: zeros(gpu, t * kk)?,
