@@ -15,5 +15,5 @@ ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 REQUIRE_GPU=1 timeout 200 .gpu/
     /tmp/gpu_fast_corpus > $OUT/fuzz.log 2>&1
 echo "== fuzz gpu_fast rc $? (corpus $n0 -> $(ls /tmp/gpu_fast_corpus | wc -l) units)"
 grep -E "^#[0-9]+.*(DONE|pulse)|panicked|SUMMARY|crash-" $OUT/fuzz.log | tail -4
-mkdir -p $OUT/corpus && cp /tmp/gpu_fast_corpus/* $OUT/corpus/ 2>/dev/null  # brought back, committed as fuzz/corpus/gpu_fast
+tar czf $OUT/corpus.tgz -C /tmp gpu_fast_corpus  # (one archive: a call brings back a limited number of files)
 echo total ${SECONDS}s
