@@ -359,11 +359,6 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 #define WS_DYNAMIC 1
 #endif
 #define WS_TQ 4  // tile ids in flight between the producer and the consumers
-#ifdef WS_NO_SIDE_SYNCWARP  // timing switch (session 20): dA_raw's side tiles released without the __syncwarp
-#define WS_NO_SIDE_SYNCWARP_ 1  // that orders ws_copy_box's loads before lane 0's arrival (a formal race)
-#else
-#define WS_NO_SIDE_SYNCWARP_ 0
-#endif
 
 #ifndef WS_STAGES
 #define WS_STAGES WG_STAGES
@@ -813,10 +808,11 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                         mbar_wait<(WS_CLUSTER > 1)>(tempty0 + 8 * q, ((j / WS_TQ) & 1) ^ 1);
                         // (claiming the next tile one tile earlier, so that the atomic's round trip overlaps a
                         // tile's loads, measured no faster: session 15, BENCHMARKS.md)
-                        const int next = j == 0 ? first : stride + atomicAdd(p.tile_ctr, 1);
-                        *(volatile int*)&stile[q] = next < count ? next : count;
+                        int next = j == 0 ? first : stride + atomicAdd(p.tile_ctr, 1);
+                        next = next < count ? next : count;
+                        *(volatile int*)&stile[q] = next;
 #if WS_CLUSTER > 1
-                        st_shared_remote(smem_u32(&stile[q]), next < count ? next : count, 1);
+                        st_shared_remote(smem_u32(&stile[q]), next, 1);
                         mbar_arrive_remote_release(tfull0 + 8 * q, 1);
 #endif
                         mbar_arrive(tfull0 + 8 * q);
@@ -995,14 +991,14 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 // releases only lane 0's own reads, so the warp synchronises first, which orders its other
                 // lanes' shared loads before the arrival (without it compute-sanitizer racecheck reports each
                 // of ws_copy_box's loads racing the producer's refill, session 20)
-                if (side && !WS_NO_SIDE_SYNCWARP_) __syncwarp();
+                if (side) __syncwarp();
                 if (kt > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane);
             }
             // the next tile's description (global loads) in flight during the last wgmma and the epilogue
             if (!dyn && t + stride < count) next = tile(t + stride);
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             wg_fence_acc(d);
-            if (side && !WS_NO_SIDE_SYNCWARP_) __syncwarp();  // (as above)
+            if (side) __syncwarp();  // (as above)
             if (w.nk > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane);
             if (idle) continue;
 #ifdef WS_EXP_NO_STORE  // experiment: time the main loops alone (no output written)

@@ -2,7 +2,8 @@
 # Session 20 (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"]): dA_raw's side-tile releases after a
 # __syncwarp (s20e's racecheck reported ws_copy_box's shared loads racing the producer's refill: lane 0's
 # arrival released only its own reads). racecheck again, every gpu_fast test, and the cost on both presets
-# (B = MOE_FAST_DEFINES=WS_NO_SIDE_SYNCWARP, a timing switch that restores the old release), with one sample
+# (B = MOE_FAST_DEFINES=WS_NO_SIDE_SYNCWARP, a timing switch that restored the old release; removed after this
+# call, its A/B done: rerun the A/B at commit 07fc588), with one sample
 # per preset against the baseline in between (the call may land on an H200, where the issue's targets were set).
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s20f}; mkdir -p $OUT
