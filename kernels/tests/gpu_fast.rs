@@ -230,13 +230,25 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
     let base = KernelSettings::from_env();
     // (name, MOE_FAST_DYNAMIC, MOE_FAST_CLUSTERED): the clustered kernels with the default dynamic choice and
     // with all dynamic run the cluster-wide tile queue (block 0 of a cluster claims, the partner reads its slot)
-    let variants = [("all", "all", "none"), ("none", "none", "none"), ("clustered", "", "all"), ("clustered+all", "all", "all")];
+    // (and MOE_FAST_DEFINES: WS_SKIP_EMPTY_WG=1, a warpgroup with no rows in a tile issues no wgmma, alone and
+    // with the clusters, whose padding tiles have no rows in either warpgroup)
+    let variants = [
+        ("all", "all", "none", ""),
+        ("none", "none", "none", ""),
+        ("clustered", "", "all", ""),
+        ("clustered+all", "all", "all", ""),
+        ("skip-empty-wg", "", "none", "WS_SKIP_EMPTY_WG=1"),
+        ("skip-empty-wg+clustered", "", "all", "WS_SKIP_EMPTY_WG=1"),
+    ];
     let others: Vec<(&str, FastKernels)> = variants
         .into_iter()
-        .map(|(name, dynamic, clustered)| {
+        .map(|(name, dynamic, clustered, defines)| {
             let mut set = vec![("MOE_FAST_CLUSTERED".to_string(), clustered.to_string())];
             if !dynamic.is_empty() {
                 set.push(("MOE_FAST_DYNAMIC".into(), dynamic.into()));
+            }
+            if !defines.is_empty() {
+                set.push(("MOE_FAST_DEFINES".into(), defines.into()));
             }
             (name, FastKernels::load_with(&gpu, kern.stages, &base.with(&set).unwrap()).expect("kernels load"))
         })

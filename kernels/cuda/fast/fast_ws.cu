@@ -360,6 +360,13 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 #endif
 #define WS_TQ 4  // tile ids in flight between the producer and the consumers
 
+// WS_SKIP_EMPTY_WG: a consumer warpgroup whose 64 rows of a tile all lie past the rows to compute (the last row
+//   tile of an expert with at most 64 rows left: ~6% of the row tiles under a balanced top-8 of 128) issues no
+//   wgmma for that tile; the other warpgroup's wgmma then have the SM's tensor cores alone. It still waits for
+//   and releases every stage, so the producer's schedule does not change, and it stores nothing.
+#ifndef WS_SKIP_EMPTY_WG
+#define WS_SKIP_EMPTY_WG 0
+#endif
 #ifndef WS_STAGES
 #define WS_STAGES WG_STAGES
 #endif
@@ -943,6 +950,12 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             const bool idle = WS_CLUSTER > 1 && w.m0 >= ((KIND == 2) ? p.m_dim : w.m_end);
             // (dA_raw) this tile's gathered rows also go to p.a_rows: the tiles of column 0 write them
             const bool side = KIND == 1 && !a_tma && p.a_rows != nullptr && w.n0 == 0 && !idle;
+#if WS_SKIP_EMPTY_WG
+            // uniform across the warp by construction; the shuffle lets the compiler see that it is, so that the
+            // wgmma under the branch below is not serialised (C7520)
+            // (row GEMMs only: the weight gradients' row tiles of m_dim are whole for every model shape)
+            const bool skip = KIND != 2 && __shfl_sync(0xffffffffu, (int)(w.m0 + 64 * wg >= w.m_end), 0) != 0;
+#endif
             float d[128];
 #pragma unroll
             for (int i = 0; i < 128; ++i) d[i] = 0.0f;
@@ -964,6 +977,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
                 const unsigned sA = sbase + s * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
                 wg_fence_acc(d);
+#if WS_SKIP_EMPTY_WG
+                if (!skip) {
+#endif
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #ifndef WS_EXP_NO_MMA  // experiment: time the feeding alone (results wrong)
                 // (an idle tile multiplies too, and its products are dropped: a wgmma under a branch on `idle`
@@ -975,6 +991,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                     wg_mma_ktile<KIND>(d, sA + wg * (64 * 128), sB);
 #endif
                 asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#if WS_SKIP_EMPTY_WG
+                }
+#endif
                 // (dA_raw, column-0 tiles) this warpgroup's 64 rows of the gathered A stage written on to p.a_rows
                 // in the GEMM's row order while the wgmma runs. The full barrier's phase made the stage's
                 // cp.async writes visible; the stage is released only after the next k-tile's wgmma, so it is
