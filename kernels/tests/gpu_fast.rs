@@ -230,15 +230,16 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
     let base = KernelSettings::from_env();
     // (name, MOE_FAST_DYNAMIC, MOE_FAST_CLUSTERED): the clustered kernels with the default dynamic choice and
     // with all dynamic run the cluster-wide tile queue (block 0 of a cluster claims, the partner reads its slot)
-    // (and MOE_FAST_DEFINES: WS_SKIP_EMPTY_WG=1, a warpgroup with no rows in a tile issues no wgmma, alone and
-    // with the clusters, whose padding tiles have no rows in either warpgroup)
+    // And MOE_FAST_DEFINES "WS_SKIP_EMPTY_WG=1 WS_SKIP_EMPTY_K=1" (a warpgroup with no rows in a tile, and the
+    // 16-row slices of the weight gradients' last k-tile holding none, issue no wgmma), alone and with every GEMM
+    // clustered and dynamic (the clusters' padding tiles have no rows in either warpgroup).
     let variants = [
         ("all", "all", "none", ""),
         ("none", "none", "none", ""),
         ("clustered", "", "all", ""),
         ("clustered+all", "all", "all", ""),
-        ("skip-empty-wg", "", "none", "WS_SKIP_EMPTY_WG=1"),
-        ("skip-empty-wg+clustered", "", "all", "WS_SKIP_EMPTY_WG=1"),
+        ("skips", "", "none", "WS_SKIP_EMPTY_WG=1 WS_SKIP_EMPTY_K=1"),
+        ("skips+clustered+all", "all", "all", "WS_SKIP_EMPTY_WG=1 WS_SKIP_EMPTY_K=1"),
     ];
     let others: Vec<(&str, FastKernels)> = variants
         .into_iter()

@@ -108,6 +108,18 @@ __device__ __forceinline__ void wg_mma_ktile(float* d, unsigned sA, unsigned sB)
     }
 }
 
+// The first N of a weight-gradient k-tile's four 16-row slices, between their own fence and commit
+// (WS_SKIP_EMPTY_K: an expert's last k-tile whose slices past N are zero-filled rows, which would add nothing).
+// The fence and the commit sit inside each caller's branch: a branch that joins between a wgmma and its
+// commit makes ptxas inject warpgroup arrives of its own (C7519).
+template <int N>
+__device__ __forceinline__ void wg_mma_slices_tt(float* d, unsigned sA, unsigned sB) {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < N; ++kk) wgmma_m64n256k16_tt(d, wg_desc_mn(sA + kk * 2048), wg_desc_mn(sB + kk * 2048));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
 // Row GEMMs: load the stage (A: rows m0..m_end gathered by index, k0..k0+64; B: the expert's weights for output
 // columns n0..n0+256) with the block's 256 threads. Out-of-range chunks are zero-filled.
 // B_MN: B read N-contiguous (the weight as stored, [k][n] per expert) through MN-major descriptors, so the

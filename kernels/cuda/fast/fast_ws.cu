@@ -367,6 +367,11 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 #ifndef WS_SKIP_EMPTY_WG
 #define WS_SKIP_EMPTY_WG 0
 #endif
+// WS_SKIP_EMPTY_K: the weight gradients' last k-tile of each expert issues the wgmma of its 16-row slices that
+//   hold rows only (the others are zero-filled: ~3% of the weight gradients' MMA work at ~1024 rows an expert).
+#ifndef WS_SKIP_EMPTY_K
+#define WS_SKIP_EMPTY_K 0
+#endif
 #ifndef WS_STAGES
 #define WS_STAGES WG_STAGES
 #endif
@@ -977,8 +982,21 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
                 const unsigned sA = sbase + s * WG_STAGE_BYTES, sB = sA + WG_A_BYTES;
                 wg_fence_acc(d);
+#if WS_SKIP_EMPTY_K
+                // rows of the expert in this k-tile, in 16-row slices (uniform: the shuffle says so to the compiler)
+                const int live = KIND != 2 ? 4 : __shfl_sync(0xffffffffu, min(4, (w.k_end - w.k_begin - kt * WG_BK + 15) >> 4), 0);
+                if (live == 3)
+                    wg_mma_slices_tt<3>(d, sA + wg * 8192, sB);
+                else if (live == 2)
+                    wg_mma_slices_tt<2>(d, sA + wg * 8192, sB);
+                else if (live == 1)
+                    wg_mma_slices_tt<1>(d, sA + wg * 8192, sB);
+                else
+#endif
 #if WS_SKIP_EMPTY_WG
                 if (!skip) {
+#else
+                {
 #endif
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #ifndef WS_EXP_NO_MMA  // experiment: time the feeding alone (results wrong)
@@ -991,9 +1009,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                     wg_mma_ktile<KIND>(d, sA + wg * (64 * 128), sB);
 #endif
                 asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#if WS_SKIP_EMPTY_WG
                 }
-#endif
                 // (dA_raw, column-0 tiles) this warpgroup's 64 rows of the gathered A stage written on to p.a_rows
                 // in the GEMM's row order while the wgmma runs. The full barrier's phase made the stage's
                 // cp.async writes visible; the stage is released only after the next k-tile's wgmma, so it is
