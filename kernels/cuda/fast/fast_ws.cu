@@ -156,29 +156,69 @@ __device__ __forceinline__ void mbar_arrive_remote_release(unsigned bar, unsigne
 #define WS_RELEASE_BLOCKS WS_CLUSTER
 #define WS_B_SHARE WS_CLUSTER
 #endif
-__device__ __forceinline__ void ws_release(unsigned bar, int wq, int lane) {
+// WS_SIDE_LANE_RELEASE (off by default until run on a GPU): a stage's empty barrier counts 32 per releasing warp
+// (WS_WARP_ARRIVALS): lane 0 arrives for its whole warp with a count of 32, and where every lane of the warp
+// has read the stage with its own shared loads (dA_raw's side tiles, ws_copy_box) every lane arrives for itself
+// with a count of 1 (`all_lanes`). An arrival releases only the arriving thread's own accesses; with lane 0
+// alone arriving after a __syncwarp (session 20's fix, the default) compute-sanitizer racecheck still reports
+// ws_copy_box's loads racing the producer's refill (36 hazard reports, session 21).
+#ifndef WS_SIDE_LANE_RELEASE
+#define WS_SIDE_LANE_RELEASE 0
+#endif
+#if WS_SIDE_LANE_RELEASE
+#define WS_WARP_ARRIVALS 32
+__device__ __forceinline__ void mbar_arrive_n(unsigned bar, unsigned n) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(n) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_cta_n(unsigned bar, unsigned cta, unsigned n) {
+#ifdef WS_CLUSTER_ARRIVE_RELEASE_CLUSTER
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra], %2;\n}\n" ::"r"(bar), "r"(cta), "r"(n)
+                 : "memory");
+#else
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra], %2;\n}\n" ::"r"(bar), "r"(cta), "r"(n) : "memory");
+#endif
+}
+__device__ __forceinline__ void ws_arrive_warp(unsigned bar) { mbar_arrive_n(bar, WS_WARP_ARRIVALS); }
+__device__ __forceinline__ void ws_arrive_warp_cta(unsigned bar, unsigned cta) { mbar_arrive_cta_n(bar, cta, WS_WARP_ARRIVALS); }
+#else
+#define WS_WARP_ARRIVALS 1
+__device__ __forceinline__ void ws_arrive_warp(unsigned bar) { mbar_arrive(bar); }
+__device__ __forceinline__ void ws_arrive_warp_cta(unsigned bar, unsigned cta) { mbar_arrive_cta(bar, cta); }
+#endif
+__device__ __forceinline__ void ws_release(unsigned bar, int wq, int lane, bool all_lanes) {
+#if WS_SIDE_LANE_RELEASE && !defined(WS_WG_RELEASE)
+    if (all_lanes) {
+#if WS_RELEASE_BLOCKS == 1
+        mbar_arrive_n(bar, 1);
+#else
+#pragma unroll
+        for (unsigned c = 0; c < WS_CLUSTER; ++c) mbar_arrive_cta_n(bar, c, 1);
+#endif
+        return;
+    }
+#endif
 #if WS_RELEASE_BLOCKS == 1 && WS_CLUSTER > 1
-    if (lane == 0) mbar_arrive(bar);
+    if (lane == 0) ws_arrive_warp(bar);
     return;
 #endif
 #if WS_CLUSTER > 1 && defined(WS_RELEASE_LANES) && !defined(WS_WG_RELEASE)
-    if (lane < WS_CLUSTER) mbar_arrive_cta(bar, lane);
+    if (lane < WS_CLUSTER) ws_arrive_warp_cta(bar, lane);
     return;
 #endif
     if (lane != 0) return;
 #ifdef WS_WG_RELEASE
     if (wq >= WS_CLUSTER) return;
 #if WS_CLUSTER > 1
-    mbar_arrive_cta(bar, wq);
+    ws_arrive_warp_cta(bar, wq);
 #else
-    mbar_arrive(bar);
+    ws_arrive_warp(bar);
 #endif
 #else
 #if WS_CLUSTER > 1
 #pragma unroll
-    for (unsigned c = 0; c < WS_CLUSTER; ++c) mbar_arrive_cta(bar, c);
+    for (unsigned c = 0; c < WS_CLUSTER; ++c) ws_arrive_warp_cta(bar, c);
 #else
-    mbar_arrive(bar);
+    ws_arrive_warp(bar);
 #endif
 #endif
 }
@@ -769,7 +809,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             mbar_init(full0 + 8 * s, full_count);
             // lane 0 of every consumer warp (WS_WG_RELEASE: warpgroup) of every block of the cluster, when its
             // wgmma have read the stage
-            mbar_init(empty0 + 8 * s, 2 * WS_RELEASES_PER_WG * WS_RELEASE_BLOCKS);
+            mbar_init(empty0 + 8 * s, 2 * WS_RELEASES_PER_WG * WS_RELEASE_BLOCKS * WS_WARP_ARRIVALS);
         }
 #if WS_DYNAMIC
         for (int q = 0; q < WS_TQ; ++q) {
@@ -1025,16 +1065,17 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 // (dA_raw's side tiles) every lane of the warp has also read it (ws_copy_box): lane 0's arrival
                 // releases only lane 0's own reads, so the warp synchronises first, which orders its other
                 // lanes' shared loads before the arrival (without it compute-sanitizer racecheck reports each
-                // of ws_copy_box's loads racing the producer's refill, session 20)
-                if (side) __syncwarp();
-                if (kt > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane);
+                // of ws_copy_box's loads racing the producer's refill, session 20; racecheck still reports them
+                // with it: WS_SIDE_LANE_RELEASE has every lane arrive for itself instead, session 21)
+                if (!WS_SIDE_LANE_RELEASE && side) __syncwarp();
+                if (kt > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane, side);
             }
             // the next tile's description (global loads) in flight during the last wgmma and the epilogue
             if (!dyn && t + stride < count) next = tile(t + stride);
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             wg_fence_acc(d);
-            if (side) __syncwarp();  // (as above)
-            if (w.nk > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane);
+            if (!WS_SIDE_LANE_RELEASE && side) __syncwarp();  // (as above)
+            if (w.nk > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane, side);
             if (idle) continue;
 #ifdef WS_EXP_NO_STORE  // experiment: time the main loops alone (no output written)
             if (d[0] != 12345.0f) continue;  // (kept data-dependent so the wgmma results stay live)
