@@ -22,12 +22,13 @@ memcheck_ws() {
         .gpu/bin/gpu_fast --test-threads=1 fast_layer_matches_the_oracle_on_edge_shapes > $OUT/cs-memcheck.log 2>&1
     echo "== memcheck (ws engine, edge shapes) rc $? at ${SECONDS}s"; grep -E "ERROR SUMMARY|test result" $OUT/cs-memcheck.log | head -3
 }
-# `racecheck_ws` runs compute-sanitizer racecheck on the ws engine's edge shapes into $OUT/cs-racecheck.log
-# (~100 s on an H100 in session 20, once over 150 s: it gets 300).
+# `racecheck_ws` runs compute-sanitizer racecheck on the ws engine's edge shapes into $OUT/cs-racecheck.log: the
+# cases RACE_CASES (default 10,11,12,14: odd shapes, several row, column and k tiles, dA_raw's side tiles; all 14
+# ran 102 s in session 20 and past 300 s since, two ran 24 s in session 21), 300 s at most.
 racecheck_ws() {
-    MOE_FAST_ENGINES=ws timeout 300 /usr/local/cuda/bin/compute-sanitizer --tool racecheck --error-exitcode 9 \
-        .gpu/bin/gpu_fast --test-threads=1 fast_layer_matches_the_oracle_on_edge_shapes > $OUT/cs-racecheck.log 2>&1
-    echo "== racecheck (ws engine, edge shapes) rc $? at ${SECONDS}s"; grep -E "RACECHECK SUMMARY|Race reported" $OUT/cs-racecheck.log | head -4
+    MOE_FAST_CASES=${RACE_CASES:-10,11,12,14} MOE_FAST_ENGINES=ws timeout 300 /usr/local/cuda/bin/compute-sanitizer --tool racecheck --error-exitcode 9 \
+        .gpu/bin/gpu_fast --test-threads=1 --nocapture fast_layer_matches_the_oracle_on_edge_shapes > $OUT/cs-racecheck.log 2>&1
+    echo "== racecheck (ws engine, edge cases ${RACE_CASES:-10,11,12,14}) rc $? at ${SECONDS}s"; grep -E "RACECHECK SUMMARY|Race reported|case seed" $OUT/cs-racecheck.log | head -8
 }
 layer_tests() { # bindir until
     for t in layer_api gpu_layer; do
