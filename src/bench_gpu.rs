@@ -379,6 +379,47 @@ fn ab_measure<'g>(a: &mut FastLayer<'g>, b: &mut FastLayer<'g>, args: &BenchGpuA
     oracle_check(b, args, ids, w)
 }
 
+/// How the routing fills the row GEMMs' tiles (128 rows of one expert each, two warpgroups of 64): the rows
+/// per expert, the row tiles, and the share of the tiles' rows that are padding, counted by whole tiles and by
+/// 64-row halves (a warpgroup whose 64 rows are all padding issues no wgmma with `WS_SKIP_EMPTY_WG`).
+#[derive(Debug, PartialEq)]
+struct TilePadding {
+    min_rows: usize,
+    max_rows: usize,
+    rows: usize,
+    tiles: usize,
+    halves: usize,
+}
+
+fn row_tile_padding(ids: &[i32], experts: usize) -> TilePadding {
+    let mut count = vec![0usize; experts];
+    for &id in ids {
+        if id >= 0 && (id as usize) < experts {
+            count[id as usize] += 1;
+        }
+    }
+    TilePadding {
+        min_rows: count.iter().copied().min().unwrap_or(0),
+        max_rows: count.iter().copied().max().unwrap_or(0),
+        rows: count.iter().sum(),
+        tiles: count.iter().map(|c| c.div_ceil(128)).sum(),
+        halves: count.iter().map(|c| c.div_ceil(64)).sum(),
+    }
+}
+
+fn padding_line(p: &TilePadding) -> String {
+    let pad = |slots: usize| if slots == 0 { 0.0 } else { 100.0 * (1.0 - p.rows as f64 / slots as f64) };
+    format!(
+        "routing: {} rows, {}..{} per expert; {} row tiles of 128: padding {:.1}% of their rows ({:.1}% counting only 64-row halves with rows)",
+        p.rows,
+        p.min_rows,
+        p.max_rows,
+        p.tiles,
+        pad(p.tiles * 128),
+        pad(p.halves * 64)
+    )
+}
+
 pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     let (h, i, e, k) = preset(&args.preset).ok_or_else(|| fail(format!("unknown preset {:?} (qwen3-30b-a3b, qwen3-235b-a22b, olmoe-1b-7b, mixtral-8x7b)", args.preset)))?;
     let t = args.tokens;
@@ -407,6 +448,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     let x = uniform_bits(t * h, 1.0, args.seed);
     let wr = uniform_bits(e * h, 1.0 / (h as f32).sqrt(), args.seed ^ 0x5bd1e995);
     let (ids, w) = route(&x, &wr, t, h, e, k);
+    println!("{}", padding_line(&row_tile_padding(&ids, e)));
     let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
     let mut layer = FastLayer::new(&gpu, &kern, dims, Activation::Swiglu, &ids, &w).map_err(gpu_err)?;
     layer.fill_random(args.seed).map_err(gpu_err)?;
@@ -519,6 +561,20 @@ mod tests {
         assert_eq!(layer_switches(&pairs(&[("MOE_FAST_RASTER_M", "expert")])).unwrap().tile_order, Some(TileOrder::Experts));
         let bad = layer_switches(&pairs(&[("MOE_FAST_RASTER_M", "eight")])).unwrap_err().to_string();
         assert!(bad.contains("MOE_FAST_RASTER_M") && bad.contains("eight"), "{bad}");
+    }
+
+    #[test]
+    fn row_tile_padding_counts_whole_tiles_and_halves() {
+        // expert 0: 129 rows (2 tiles, 3 halves), expert 1: 64 (1 tile, 1 half), expert 2: none; -1 ignored
+        let mut ids = vec![0i32; 129];
+        ids.extend(std::iter::repeat(1).take(64));
+        ids.push(-1);
+        let p = row_tile_padding(&ids, 3);
+        assert_eq!(p, TilePadding { min_rows: 0, max_rows: 129, rows: 193, tiles: 3, halves: 4 });
+        let line = padding_line(&p);
+        // 193 of 384 tile rows, 193 of 256 half rows
+        assert!(line.contains("padding 49.7%") && line.contains("(24.6% counting"), "{line}");
+        assert!(padding_line(&row_tile_padding(&[], 4)).contains("padding 0.0%"));
     }
 
     #[test]
