@@ -165,6 +165,13 @@ __device__ __forceinline__ void mbar_arrive_remote_release(unsigned bar, unsigne
 #ifndef WS_SIDE_LANE_RELEASE
 #define WS_SIDE_LANE_RELEASE 0
 #endif
+// WS_SIDE_WAIT_ARRIVE (off by default, not yet run on a GPU): the other direction, in case racecheck's reports
+// are the consumers' loads against the cp.async writes that filled the stage (read-after-write: racecheck may not
+// take cp.async.mbarrier.arrive.noinc as releasing the copies, s21b's report does not say which direction): on
+// side tiles each producer thread waits for its own copies (cp.async.wait_group) and arrives plainly.
+#ifndef WS_SIDE_WAIT_ARRIVE
+#define WS_SIDE_WAIT_ARRIVE 0
+#endif
 #if WS_SIDE_LANE_RELEASE
 #define WS_WARP_ARRIVALS 32
 __device__ __forceinline__ void mbar_arrive_n(unsigned bar, unsigned n) {
@@ -880,6 +887,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 wgrad.setup(p, w, tid);
             else if (!a_tma)
                 gather.setup(p, w, tid);
+#if WS_SIDE_WAIT_ARRIVE
+            const bool pside = KIND == 1 && !a_tma && p.a_rows != nullptr && w.n0 == 0;  // (the consumers' `side`)
+#endif
             // weight gradients: the gathered rows' indices of k-tile kt sit in sidx[kt % 4], copied there by
             // threads 0..63 (4-byte cp.async, one commit group per k-tile) three k-tiles ahead: a k-tile takes
             // about as long as one memory round trip. (Plain loads two k-tiles ahead instead, which keep the
@@ -934,6 +944,22 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                     }
                     if (!a_tma) {
                         gather.load(p, sA, k0, tid);
+#if WS_SIDE_WAIT_ARRIVE
+                        if (pside) {
+                            // (side tiles, whose stages the consumers also read with generic loads) each stage's
+                            // copies in a commit group of their own, waited for one k-tile later, then a plain
+                            // arrival (release) instead of cp.async's own (.noinc)
+                            cp_async_commit();
+                            if (kt > 0) {
+                                cp_async_wait<1>();
+                                mbar_arrive(full0 + 8 * ((it - 1) % WS_STAGES));
+                            }
+                            if (kt == w.nk - 1) {
+                                cp_async_wait<0>();
+                                mbar_arrive(full);
+                            }
+                        } else
+#endif
                         mbar_arrive_cp_async(full);
                     }
                 }
