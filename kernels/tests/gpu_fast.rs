@@ -239,8 +239,8 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
     // And MOE_FAST_DEFINES "WS_SKIP_EMPTY_WG=1 WS_SKIP_EMPTY_K=1" (a warpgroup with no rows in a tile, and the
     // 16-row slices of the weight gradients' last k-tile holding none, issue no wgmma), alone and with every GEMM
     // clustered and dynamic (the clusters' padding tiles have no rows in either warpgroup). And the two candidate
-    // fixes for racecheck's reports on dA_raw's side tiles (WS_SIDE_LANE_RELEASE, WS_SIDE_WAIT_ARRIVE), plain and
-    // clustered.
+    // fixes for racecheck's reports on dA_raw's side tiles (WS_SIDE_LANE_RELEASE, WS_SIDE_WAIT_ARRIVE), and the
+    // third (WS_SIDE_PRODUCER: the producer writes the rows on), each plain and clustered.
     let variants = [
         ("all", "all", "none", ""),
         ("none", "none", "none", ""),
@@ -250,6 +250,8 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
         ("skips+clustered+all", "all", "all", "WS_SKIP_EMPTY_WG=1 WS_SKIP_EMPTY_K=1"),
         ("side-release", "", "none", "WS_SIDE_LANE_RELEASE=1 WS_SIDE_WAIT_ARRIVE=1"),
         ("side-release+clustered", "", "all", "WS_SIDE_LANE_RELEASE=1 WS_SIDE_WAIT_ARRIVE=1"),
+        ("side-producer", "", "none", "WS_SIDE_PRODUCER=1"),
+        ("side-producer+clustered", "", "all", "WS_SIDE_PRODUCER=1"),
     ];
     let others: Vec<(&str, FastKernels)> = variants
         .into_iter()

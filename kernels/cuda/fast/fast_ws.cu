@@ -172,6 +172,15 @@ __device__ __forceinline__ void mbar_arrive_remote_release(unsigned bar, unsigne
 #ifndef WS_SIDE_WAIT_ARRIVE
 #define WS_SIDE_WAIT_ARRIVE 0
 #endif
+// WS_SIDE_PRODUCER (off by default, not yet run on a GPU): the third candidate, which takes the consumers' shared
+// loads away altogether: the producer writes the side tiles' rows on itself, each thread its own chunks three
+// k-tiles behind its loads, after cp.async.wait_group has made them visible to it (session 18's variant, then
+// measured as fast as the consumers' copy). Every shared access to a side tile's stage is then one thread's,
+// so nothing is left for racecheck to order across threads.
+#ifndef WS_SIDE_PRODUCER
+#define WS_SIDE_PRODUCER 0
+#endif
+static_assert(!(WS_SIDE_PRODUCER && (WS_SIDE_WAIT_ARRIVE || WS_SIDE_LANE_RELEASE)), "WS_SIDE_PRODUCER replaces the other side-tile fixes");
 #if WS_SIDE_LANE_RELEASE
 #define WS_WARP_ARRIVALS 32
 __device__ __forceinline__ void mbar_arrive_n(unsigned bar, unsigned n) {
@@ -430,6 +439,7 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 #define WS_GEMM1_TMA 1
 #endif
 static_assert(WS_OUT_SLOTS >= 2 && WS_STAGE_OUT_BYTES % 8192 == 0, "the staging ring needs two or more 8 KiB slots");
+static_assert(!WS_SIDE_PRODUCER || WS_STAGES >= 4, "WS_SIDE_PRODUCER writes rows on three k-tiles behind its loads");
 static_assert(WS_STAGES >= 2 && WS_STAGES * WG_STAGE_BYTES + 1024 + 2 * WS_STAGE_OUT_BYTES <= 230400, "shared memory beyond WS_SMEM");
 
 // All but this thread's N newest bulk groups have read their shared-memory source (N is the instruction's
@@ -703,6 +713,25 @@ struct WsGatherA {
             }
         }
     }
+#if WS_SIDE_PRODUCER
+    // (dA_raw's side tiles) the chunks this thread copied into stage sA (k-tile k0) written on to p.a_rows, rows
+    // in the GEMM's order, once cp.async.wait_group has made this thread's own copies visible to it
+    __device__ __forceinline__ void store_rows(const FastGemmParams& p, unsigned sA, int m0, int k0, int tid) const {
+        const int ch = tid & 7;
+        if (k0 + ch * 8 >= p.k_dim) return;
+        const unsigned src = sA + (tid >> 3) * 128 + ((ch ^ ((tid >> 3) & 7)) << 4);
+        char* dst = (char*)(p.a_rows + (long long)(m0 + (tid >> 3)) * p.lda + k0 + ch * 8);
+        const unsigned step = 32u * (unsigned)p.lda;  // 16 rows, in bytes
+#pragma unroll
+        for (int i = 0; i < 8; ++i, dst += step) {
+            if ((live >> i) & 1) {
+                uint4 v;
+                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(src + i * 2048));
+                asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+            }
+        }
+    }
+#endif
 };
 
 // Row GEMMs: the weight tile by TMA. KIND 0: K-major [E][n rows][K] (GEMM1: a gate and an up box of 128 rows;
@@ -887,7 +916,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 wgrad.setup(p, w, tid);
             else if (!a_tma)
                 gather.setup(p, w, tid);
-#if WS_SIDE_WAIT_ARRIVE
+#if WS_SIDE_WAIT_ARRIVE || WS_SIDE_PRODUCER
             const bool pside = KIND == 1 && !a_tma && p.a_rows != nullptr && w.n0 == 0;  // (the consumers' `side`)
 #endif
             // weight gradients: the gathered rows' indices of k-tile kt sit in sidx[kt % 4], copied there by
@@ -961,9 +990,27 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                         } else
 #endif
                         mbar_arrive_cp_async(full);
+#if WS_SIDE_PRODUCER
+                        if (pside) {  // one commit group per k-tile; k-tile kt - 3's rows on to a_rows
+                            // (its stage is refilled by this thread at k-tile kt + 1 at the earliest: WS_STAGES 4)
+                            cp_async_commit();
+                            if (kt >= 3) {
+                                cp_async_wait<3>();
+                                gather.store_rows(p, sbase + ((it - 3) % WS_STAGES) * WG_STAGE_BYTES, w.m0, k0 - 3 * WG_BK, tid);
+                            }
+                        }
+#endif
                     }
                 }
             }
+#if WS_SIDE_PRODUCER
+            if (pside) {  // the tile's last (at most) three k-tiles' rows, before the next tile refills their stages
+                cp_async_wait<0>();
+#pragma unroll 1
+                for (int kt = max(0, w.nk - 3); kt < w.nk; ++kt)
+                    gather.store_rows(p, sbase + ((it - w.nk + kt) % WS_STAGES) * WG_STAGE_BYTES, w.m0, w.k_begin + kt * WG_BK, tid);
+            }
+#endif
         }
         cp_async_commit();  // every copy of this thread into a group, then all landed before it exits
         cp_async_wait<0>();
@@ -1020,7 +1067,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             // block still takes part in the loads and the releases of every stage, and stores nothing.
             const bool idle = WS_CLUSTER > 1 && w.m0 >= ((KIND == 2) ? p.m_dim : w.m_end);
             // (dA_raw) this tile's gathered rows also go to p.a_rows: the tiles of column 0 write them
-            const bool side = KIND == 1 && !a_tma && p.a_rows != nullptr && w.n0 == 0 && !idle;
+            const bool side = !WS_SIDE_PRODUCER && KIND == 1 && !a_tma && p.a_rows != nullptr && w.n0 == 0 && !idle;
 #if WS_SKIP_EMPTY_WG
             // uniform across the warp by construction; the shuffle lets the compiler see that it is, so that the
             // wgmma under the branch below is not serialised (C7520)

@@ -5,7 +5,7 @@
 #    Two candidate fixes, built in session 21 and never run: WS_SIDE_LANE_RELEASE=1 (write-after-read: every lane
 #    arrives on the empty barrier for its own loads) and WS_SIDE_WAIT_ARRIVE=1 (read-after-write: the producer
 #    waits for its own copies and arrives plainly). racecheck on edge case 11 for the default and the three
-#    combinations; the first clean one (fewest switches) then gets every gpu_fast test, memcheck and its cost on
+#    combinations, and WS_SIDE_PRODUCER=1 (session 22: no consumer loads of the stage at all); the first clean one (fewest switches) then gets every gpu_fast test, memcheck and its cost on
 #    both presets (A = with it, B = the default). Make it the default if all pass and it costs nothing.
 # (gpu_fast's scheduler test also runs both fixes together, plain and clustered, bitwise against the default.)
 # 2. WS_SKIP_EMPTY_WG=2 WS_SKIP_EMPTY_K=1 (the padding skips without dX, which they slowed in s21a/s21b).
@@ -14,7 +14,7 @@ OUT=${OUT:-/tmp/s22a}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 fix=""
-for d in "" "WS_SIDE_LANE_RELEASE=1" "WS_SIDE_WAIT_ARRIVE=1" "WS_SIDE_LANE_RELEASE=1 WS_SIDE_WAIT_ARRIVE=1"; do
+for d in "" "WS_SIDE_LANE_RELEASE=1" "WS_SIDE_WAIT_ARRIVE=1" "WS_SIDE_LANE_RELEASE=1 WS_SIDE_WAIT_ARRIVE=1" "WS_SIDE_PRODUCER=1"; do
     MOE_FAST_DEFINES="$d" MOE_FAST_CASES=11 MOE_FAST_ENGINES=ws timeout 60 /usr/local/cuda/bin/compute-sanitizer --tool racecheck \
         --racecheck-report all .gpu/bin/gpu_fast --test-threads=1 --nocapture fast_layer_matches_the_oracle_on_edge_shapes > "$OUT/race-${d// /+}.log" 2>&1
     rc=$?
