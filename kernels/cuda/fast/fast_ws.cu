@@ -112,16 +112,20 @@ __device__ __forceinline__ unsigned cluster_rank() {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-// Arrive on the barrier at shared-memory offset bar of cluster block cta (this block's own too).
-__device__ __forceinline__ void mbar_arrive_cta(unsigned bar, unsigned cta) {
+// Arrive with count n on the barrier at shared-memory offset bar of this block (mbar_arrive_n) or of cluster
+// block cta (mbar_arrive_cta_n, this block's own too).
+__device__ __forceinline__ void mbar_arrive_n(unsigned bar, unsigned n) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(n) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_cta_n(unsigned bar, unsigned cta, unsigned n) {
 // The default .release.cta semantics, as CUTLASS's ClusterBarrier::arrive: with .release.cluster (session 8,
 // WS_CLUSTER_ARRIVE_RELEASE_CLUSTER) the clustered 30b fwd+bwd took 12.3 ms against 8.3 (both measured while
 // ptxas still serialised the clustered wgmma, session 9).
 #ifdef WS_CLUSTER_ARRIVE_RELEASE_CLUSTER
-    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra], %2;\n}\n" ::"r"(bar), "r"(cta), "r"(n)
                  : "memory");
 #else
-    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta) : "memory");
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra], %2;\n}\n" ::"r"(bar), "r"(cta), "r"(n) : "memory");
 #endif
 }
 // The cluster-wide tile queue (dynamic scheduler with clusters): block 0 of the cluster writes the int v into
@@ -135,20 +139,8 @@ __device__ __forceinline__ void mbar_arrive_remote_release(unsigned bar, unsigne
     asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
                  : "memory");
 }
-// A consumer warp's release of a stage (warp wq of its warpgroup, after its wgmma.wait_group): lane 0 arrives on
-// its own block's empty barrier and (clusters) on the partner's. WS_WG_RELEASE (experiment): one arrival per
-// warpgroup and block instead of one per warp (CUTLASS's sm90 pipelines do so: a warpgroup's wgmma complete
-// together), lane 0 of warp c arriving on block c's barrier.
-#ifdef WS_WG_RELEASE
-#define WS_RELEASES_PER_WG 1
-#else
-#define WS_RELEASES_PER_WG 4
-#endif
-// Clustered GEMMs, two switches (session 9, measured in NOTES.md):
-// WS_EXP_CLUSTER_NO_MC (experiment): clusters launched and scheduled as usual, but each block loads all of B
+// Clustered GEMMs (session 9, measured in NOTES.md): WS_EXP_CLUSTER_NO_MC (experiment): clusters launched and scheduled as usual, but each block loads all of B
 //   itself and releases its own barriers only (no multicast, no remote arrival; correct results).
-// WS_RELEASE_LANES: lanes 0 .. WS_CLUSTER-1 of each consumer warp arrive on block 0's .. block N's barrier in
-//   one instruction, instead of lane 0 arriving on each in turn.
 #if WS_CLUSTER > 1 && defined(WS_EXP_CLUSTER_NO_MC)
 #define WS_RELEASE_BLOCKS 1
 #define WS_B_SHARE 1
@@ -156,53 +148,17 @@ __device__ __forceinline__ void mbar_arrive_remote_release(unsigned bar, unsigne
 #define WS_RELEASE_BLOCKS WS_CLUSTER
 #define WS_B_SHARE WS_CLUSTER
 #endif
-// WS_SIDE_LANE_RELEASE (off by default until run on a GPU): a stage's empty barrier counts 32 per releasing warp
-// (WS_WARP_ARRIVALS): lane 0 arrives for its whole warp with a count of 32, and where every lane of the warp
-// has read the stage with its own shared loads (dA_raw's side tiles, ws_copy_box) every lane arrives for itself
-// with a count of 1 (`all_lanes`). An arrival releases only the arriving thread's own accesses; with lane 0
-// alone arriving after a __syncwarp (session 20's fix, the default) compute-sanitizer racecheck still reports
-// ws_copy_box's loads racing the producer's refill (36 hazard reports, session 21).
-#ifndef WS_SIDE_LANE_RELEASE
-#define WS_SIDE_LANE_RELEASE 0
-#endif
-// WS_SIDE_WAIT_ARRIVE (off by default, not yet run on a GPU): the other direction, in case racecheck's reports
-// are the consumers' loads against the cp.async writes that filled the stage (read-after-write: racecheck may not
-// take cp.async.mbarrier.arrive.noinc as releasing the copies, s21b's report does not say which direction): on
-// side tiles each producer thread waits for its own copies (cp.async.wait_group) and arrives plainly.
-#ifndef WS_SIDE_WAIT_ARRIVE
-#define WS_SIDE_WAIT_ARRIVE 0
-#endif
-// WS_SIDE_PRODUCER (off by default, not yet run on a GPU): the third candidate, which takes the consumers' shared
-// loads away altogether: the producer writes the side tiles' rows on itself, each thread its own chunks three
-// k-tiles behind its loads, after cp.async.wait_group has made them visible to it (session 18's variant, then
-// measured as fast as the consumers' copy). Every shared access to a side tile's stage is then one thread's,
-// so nothing is left for racecheck to order across threads.
-#ifndef WS_SIDE_PRODUCER
-#define WS_SIDE_PRODUCER 0
-#endif
-static_assert(!(WS_SIDE_PRODUCER && (WS_SIDE_WAIT_ARRIVE || WS_SIDE_LANE_RELEASE)), "WS_SIDE_PRODUCER replaces the other side-tile fixes");
-#if WS_SIDE_LANE_RELEASE
+// A consumer warp's release of a stage (after its wgmma.wait_group): a stage's empty barrier counts 32 per
+// consumer warp of every block of the cluster (WS_WARP_ARRIVALS). Lane 0 arrives for its whole warp with a
+// count of 32, on its own block's barrier and (clusters) the partner's. Where every lane of the warp has read
+// the stage with its own shared loads (dA_raw's side tiles, ws_copy_box: `all_lanes`), every lane arrives for
+// itself with a count of 1: an arrival releases only the arriving thread's own accesses. (Lane 0 arriving
+// after a __syncwarp, session 20's fix, left compute-sanitizer racecheck reporting write-after-read hazards of
+// those loads against the producer's refill; lane arrivals report none: session 22, s22a.) (Session 9's
+// experiments with one arrival per warpgroup, WS_WG_RELEASE, and with lanes 0..1 arriving on the two blocks,
+// WS_RELEASE_LANES, measured no faster and were removed with the side tiles' lane arrivals, session 22.)
 #define WS_WARP_ARRIVALS 32
-__device__ __forceinline__ void mbar_arrive_n(unsigned bar, unsigned n) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(n) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_cta_n(unsigned bar, unsigned cta, unsigned n) {
-#ifdef WS_CLUSTER_ARRIVE_RELEASE_CLUSTER
-    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra], %2;\n}\n" ::"r"(bar), "r"(cta), "r"(n)
-                 : "memory");
-#else
-    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra], %2;\n}\n" ::"r"(bar), "r"(cta), "r"(n) : "memory");
-#endif
-}
-__device__ __forceinline__ void ws_arrive_warp(unsigned bar) { mbar_arrive_n(bar, WS_WARP_ARRIVALS); }
-__device__ __forceinline__ void ws_arrive_warp_cta(unsigned bar, unsigned cta) { mbar_arrive_cta_n(bar, cta, WS_WARP_ARRIVALS); }
-#else
-#define WS_WARP_ARRIVALS 1
-__device__ __forceinline__ void ws_arrive_warp(unsigned bar) { mbar_arrive(bar); }
-__device__ __forceinline__ void ws_arrive_warp_cta(unsigned bar, unsigned cta) { mbar_arrive_cta(bar, cta); }
-#endif
-__device__ __forceinline__ void ws_release(unsigned bar, int wq, int lane, bool all_lanes) {
-#if WS_SIDE_LANE_RELEASE && !defined(WS_WG_RELEASE)
+__device__ __forceinline__ void ws_release(unsigned bar, int lane, bool all_lanes) {
     if (all_lanes) {
 #if WS_RELEASE_BLOCKS == 1
         mbar_arrive_n(bar, 1);
@@ -212,30 +168,12 @@ __device__ __forceinline__ void ws_release(unsigned bar, int wq, int lane, bool 
 #endif
         return;
     }
-#endif
-#if WS_RELEASE_BLOCKS == 1 && WS_CLUSTER > 1
-    if (lane == 0) ws_arrive_warp(bar);
-    return;
-#endif
-#if WS_CLUSTER > 1 && defined(WS_RELEASE_LANES) && !defined(WS_WG_RELEASE)
-    if (lane < WS_CLUSTER) ws_arrive_warp_cta(bar, lane);
-    return;
-#endif
     if (lane != 0) return;
-#ifdef WS_WG_RELEASE
-    if (wq >= WS_CLUSTER) return;
-#if WS_CLUSTER > 1
-    ws_arrive_warp_cta(bar, wq);
+#if WS_RELEASE_BLOCKS == 1
+    mbar_arrive_n(bar, WS_WARP_ARRIVALS);
 #else
-    ws_arrive_warp(bar);
-#endif
-#else
-#if WS_CLUSTER > 1
 #pragma unroll
-    for (unsigned c = 0; c < WS_CLUSTER; ++c) ws_arrive_warp_cta(bar, c);
-#else
-    ws_arrive_warp(bar);
-#endif
+    for (unsigned c = 0; c < WS_CLUSTER; ++c) mbar_arrive_cta_n(bar, c, WS_WARP_ARRIVALS);
 #endif
 }
 
@@ -420,13 +358,16 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 //   tile of an expert with at most 64 rows left: ~6% of the row tiles under a balanced top-8 of 128) issues no
 //   wgmma for that tile; the other warpgroup's wgmma then have the SM's tensor cores alone. It still waits for
 //   and releases every stage, so the producer's schedule does not change, and it stores nothing.
+//   The default, 2, skips everywhere but dX (ws_rows_bmn with A by TMA, which the skip made 1-6% slower in
+//   session 21); with WS_SKIP_EMPTY_K, forward+backward B/A (B with both) 0.991 on 30b (10 of 10 rounds), 0.997
+//   on 235b (7 of 8), session 22. 0: no skip; 1: in dX too.
 #ifndef WS_SKIP_EMPTY_WG
-#define WS_SKIP_EMPTY_WG 0
+#define WS_SKIP_EMPTY_WG 2
 #endif
 // WS_SKIP_EMPTY_K: the weight gradients' last k-tile of each expert issues the wgmma of its 16-row slices that
 //   hold rows only (the others are zero-filled: ~3% of the weight gradients' MMA work at ~1024 rows an expert).
 #ifndef WS_SKIP_EMPTY_K
-#define WS_SKIP_EMPTY_K 0
+#define WS_SKIP_EMPTY_K 1
 #endif
 #ifndef WS_STAGES
 #define WS_STAGES WG_STAGES
@@ -439,7 +380,6 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 #define WS_GEMM1_TMA 1
 #endif
 static_assert(WS_OUT_SLOTS >= 2 && WS_STAGE_OUT_BYTES % 8192 == 0, "the staging ring needs two or more 8 KiB slots");
-static_assert(!WS_SIDE_PRODUCER || WS_STAGES >= 4, "WS_SIDE_PRODUCER writes rows on three k-tiles behind its loads");
 static_assert(WS_STAGES >= 2 && WS_STAGES * WG_STAGE_BYTES + 1024 + 2 * WS_STAGE_OUT_BYTES <= 230400, "shared memory beyond WS_SMEM");
 
 // All but this thread's N newest bulk groups have read their shared-memory source (N is the instruction's
@@ -713,25 +653,6 @@ struct WsGatherA {
             }
         }
     }
-#if WS_SIDE_PRODUCER
-    // (dA_raw's side tiles) the chunks this thread copied into stage sA (k-tile k0) written on to p.a_rows, rows
-    // in the GEMM's order, once cp.async.wait_group has made this thread's own copies visible to it
-    __device__ __forceinline__ void store_rows(const FastGemmParams& p, unsigned sA, int m0, int k0, int tid) const {
-        const int ch = tid & 7;
-        if (k0 + ch * 8 >= p.k_dim) return;
-        const unsigned src = sA + (tid >> 3) * 128 + ((ch ^ ((tid >> 3) & 7)) << 4);
-        char* dst = (char*)(p.a_rows + (long long)(m0 + (tid >> 3)) * p.lda + k0 + ch * 8);
-        const unsigned step = 32u * (unsigned)p.lda;  // 16 rows, in bytes
-#pragma unroll
-        for (int i = 0; i < 8; ++i, dst += step) {
-            if ((live >> i) & 1) {
-                uint4 v;
-                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(src + i * 2048));
-                asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-            }
-        }
-    }
-#endif
 };
 
 // Row GEMMs: the weight tile by TMA. KIND 0: K-major [E][n rows][K] (GEMM1: a gate and an up box of 128 rows;
@@ -843,9 +764,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
     if (tid == 0) {
         for (int s = 0; s < WS_STAGES; ++s) {
             mbar_init(full0 + 8 * s, full_count);
-            // lane 0 of every consumer warp (WS_WG_RELEASE: warpgroup) of every block of the cluster, when its
-            // wgmma have read the stage
-            mbar_init(empty0 + 8 * s, 2 * WS_RELEASES_PER_WG * WS_RELEASE_BLOCKS * WS_WARP_ARRIVALS);
+            // every consumer warp (8 a block) of every block of the cluster, when its wgmma have read the stage,
+            // for a count of 32 (ws_release)
+            mbar_init(empty0 + 8 * s, 2 * 4 * WS_RELEASE_BLOCKS * WS_WARP_ARRIVALS);
         }
 #if WS_DYNAMIC
         for (int q = 0; q < WS_TQ; ++q) {
@@ -916,9 +837,6 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 wgrad.setup(p, w, tid);
             else if (!a_tma)
                 gather.setup(p, w, tid);
-#if WS_SIDE_WAIT_ARRIVE || WS_SIDE_PRODUCER
-            const bool pside = KIND == 1 && !a_tma && p.a_rows != nullptr && w.n0 == 0;  // (the consumers' `side`)
-#endif
             // weight gradients: the gathered rows' indices of k-tile kt sit in sidx[kt % 4], copied there by
             // threads 0..63 (4-byte cp.async, one commit group per k-tile) three k-tiles ahead: a k-tile takes
             // about as long as one memory round trip. (Plain loads two k-tiles ahead instead, which keep the
@@ -973,44 +891,10 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                     }
                     if (!a_tma) {
                         gather.load(p, sA, k0, tid);
-#if WS_SIDE_WAIT_ARRIVE
-                        if (pside) {
-                            // (side tiles, whose stages the consumers also read with generic loads) each stage's
-                            // copies in a commit group of their own, waited for one k-tile later, then a plain
-                            // arrival (release) instead of cp.async's own (.noinc)
-                            cp_async_commit();
-                            if (kt > 0) {
-                                cp_async_wait<1>();
-                                mbar_arrive(full0 + 8 * ((it - 1) % WS_STAGES));
-                            }
-                            if (kt == w.nk - 1) {
-                                cp_async_wait<0>();
-                                mbar_arrive(full);
-                            }
-                        } else
-#endif
                         mbar_arrive_cp_async(full);
-#if WS_SIDE_PRODUCER
-                        if (pside) {  // one commit group per k-tile; k-tile kt - 3's rows on to a_rows
-                            // (its stage is refilled by this thread at k-tile kt + 1 at the earliest: WS_STAGES 4)
-                            cp_async_commit();
-                            if (kt >= 3) {
-                                cp_async_wait<3>();
-                                gather.store_rows(p, sbase + ((it - 3) % WS_STAGES) * WG_STAGE_BYTES, w.m0, k0 - 3 * WG_BK, tid);
-                            }
-                        }
-#endif
                     }
                 }
             }
-#if WS_SIDE_PRODUCER
-            if (pside) {  // the tile's last (at most) three k-tiles' rows, before the next tile refills their stages
-                cp_async_wait<0>();
-#pragma unroll 1
-                for (int kt = max(0, w.nk - 3); kt < w.nk; ++kt)
-                    gather.store_rows(p, sbase + ((it - w.nk + kt) % WS_STAGES) * WG_STAGE_BYTES, w.m0, w.k_begin + kt * WG_BK, tid);
-            }
-#endif
         }
         cp_async_commit();  // every copy of this thread into a group, then all landed before it exits
         cp_async_wait<0>();
@@ -1067,7 +951,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
             // block still takes part in the loads and the releases of every stage, and stores nothing.
             const bool idle = WS_CLUSTER > 1 && w.m0 >= ((KIND == 2) ? p.m_dim : w.m_end);
             // (dA_raw) this tile's gathered rows also go to p.a_rows: the tiles of column 0 write them
-            const bool side = !WS_SIDE_PRODUCER && KIND == 1 && !a_tma && p.a_rows != nullptr && w.n0 == 0 && !idle;
+            const bool side = KIND == 1 && !a_tma && p.a_rows != nullptr && w.n0 == 0 && !idle;
 #if WS_SKIP_EMPTY_WG
             // uniform across the warp by construction; the shuffle lets the compiler see that it is, so that the
             // wgmma under the branch below is not serialised (C7520)
@@ -1137,21 +1021,15 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 }
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
                 wg_fence_acc(d);
-                // the k-tile before this one has been read by this warpgroup's wgmma: hand its stage back.
-                // (dA_raw's side tiles) every lane of the warp has also read it (ws_copy_box): lane 0's arrival
-                // releases only lane 0's own reads, so the warp synchronises first, which orders its other
-                // lanes' shared loads before the arrival (without it compute-sanitizer racecheck reports each
-                // of ws_copy_box's loads racing the producer's refill, session 20; racecheck still reports them
-                // with it: WS_SIDE_LANE_RELEASE has every lane arrive for itself instead, session 21)
-                if (!WS_SIDE_LANE_RELEASE && side) __syncwarp();
-                if (kt > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane, side);
+                // the k-tile before this one has been read by this warpgroup's wgmma: hand its stage back
+                // (dA_raw's side tiles: every lane also read it, ws_copy_box, and arrives for itself)
+                if (kt > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), lane, side);
             }
             // the next tile's description (global loads) in flight during the last wgmma and the epilogue
             if (!dyn && t + stride < count) next = tile(t + stride);
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             wg_fence_acc(d);
-            if (!WS_SIDE_LANE_RELEASE && side) __syncwarp();  // (as above)
-            if (w.nk > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), wq, lane, side);
+            if (w.nk > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), lane, side);
             if (idle) continue;
 #ifdef WS_EXP_NO_STORE  // experiment: time the main loops alone (no output written)
             if (d[0] != 12345.0f) continue;  // (kept data-dependent so the wgmma results stay live)
