@@ -30,6 +30,14 @@ racecheck_ws() {
         .gpu/bin/gpu_fast --test-threads=1 --nocapture fast_layer_matches_the_oracle_on_edge_shapes > $OUT/cs-racecheck.log 2>&1
     echo "== racecheck (ws engine, edge cases ${RACE_CASES:-10,11,12,14}) rc $? at ${SECONDS}s"; grep -E "RACECHECK SUMMARY|Race reported|case seed" $OUT/cs-racecheck.log | head -8
 }
+# `sanitize_ws TOOL` runs compute-sanitizer TOOL (synccheck, initcheck) on the ws engine's RACE_CASES edge
+# cases into $OUT/cs-TOOL.log, 120 s at most, and prints its summary.
+sanitize_ws() { # tool
+    MOE_FAST_CASES=${RACE_CASES:-10,11,12,14} MOE_FAST_ENGINES=ws timeout 120 /usr/local/cuda/bin/compute-sanitizer --tool $1 --error-exitcode 9 \
+        .gpu/bin/gpu_fast --test-threads=1 --nocapture fast_layer_matches_the_oracle_on_edge_shapes > $OUT/cs-$1.log 2>&1
+    echo "== $1 (ws engine, edge cases ${RACE_CASES:-10,11,12,14}) rc $? at ${SECONDS}s"; grep -E "SUMMARY|test result" $OUT/cs-$1.log | head -3
+    grep -m3 -E "^========= (Barrier|Uninitialized|Invalid|Error)" $OUT/cs-$1.log | cut -c1-200
+}
 layer_tests() { # bindir until
     for t in layer_api gpu_layer; do
         [ $SECONDS -gt $2 ] && return
