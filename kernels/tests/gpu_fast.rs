@@ -236,17 +236,16 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
     let base = KernelSettings::from_env();
     // (name, MOE_FAST_DYNAMIC, MOE_FAST_CLUSTERED, MOE_FAST_DEFINES): the clustered kernels with the default
     // dynamic choice and with all dynamic run the cluster-wide tile queue (block 0 of a cluster claims, the
-    // partner reads its slot). The default skips a warpgroup's wgmma where its 64 rows of a tile are all padding
-    // (not in dX) and the weight gradients' empty 16-row slices (WS_SKIP_EMPTY_WG=2, WS_SKIP_EMPTY_K=1): against
-    // neither skip, and against the warpgroup skip in dX too with every GEMM clustered and dynamic (the clusters'
-    // padding tiles have no rows in either warpgroup).
+    // partner reads its slot). And the padding skips (a warpgroup whose 64 rows of a tile are all padding issues
+    // no wgmma, nor do the weight gradients' empty 16-row slices): outside dX (WS_SKIP_EMPTY_WG=2), and in dX too
+    // with every GEMM clustered and dynamic (the clusters' padding tiles have no rows in either warpgroup).
     let variants = [
         ("all", "all", "none", ""),
         ("none", "none", "none", ""),
         ("clustered", "", "all", ""),
         ("clustered+all", "all", "all", ""),
-        ("no-skips", "", "none", "WS_SKIP_EMPTY_WG=0 WS_SKIP_EMPTY_K=0"),
-        ("skip-dx+clustered+all", "all", "all", "WS_SKIP_EMPTY_WG=1"),
+        ("skips", "", "none", "WS_SKIP_EMPTY_WG=2 WS_SKIP_EMPTY_K=1"),
+        ("skips+dx+clustered+all", "all", "all", "WS_SKIP_EMPTY_WG=1 WS_SKIP_EMPTY_K=1"),
     ];
     let others: Vec<(&str, FastKernels)> = variants
         .into_iter()
