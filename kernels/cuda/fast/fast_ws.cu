@@ -139,8 +139,9 @@ __device__ __forceinline__ void mbar_arrive_remote_release(unsigned bar, unsigne
     asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
                  : "memory");
 }
-// Clustered GEMMs (session 9, measured in NOTES.md): WS_EXP_CLUSTER_NO_MC (experiment): clusters launched and scheduled as usual, but each block loads all of B
-//   itself and releases its own barriers only (no multicast, no remote arrival; correct results).
+// Clustered GEMMs (session 9, measured in NOTES.md): WS_EXP_CLUSTER_NO_MC (experiment): clusters launched and
+//   scheduled as usual, but each block loads all of B itself and releases its own barriers only (no multicast,
+//   no remote arrival; correct results).
 #if WS_CLUSTER > 1 && defined(WS_EXP_CLUSTER_NO_MC)
 #define WS_RELEASE_BLOCKS 1
 #define WS_B_SHARE 1
