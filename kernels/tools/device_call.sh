@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the fast kernels: the GPU tests, optional timing variants, the benches against the
-# PyTorch baseline in the same call, the demo round trip through `check`, compute-sanitizer, and the gpu_fast
+# PyTorch baseline in the same call, the demo round trip through `check`, compute-sanitizer (memcheck, racecheck,
+# synccheck, initcheck), and the gpu_fast
 # fuzz target when it is staged. Every step is guarded by the call's elapsed time so that the summary always
 # comes back; logs go to $OUT (one file per step), the summary to stdout.
 #
@@ -80,8 +81,9 @@ if [ -z "${BENCH_ONLY:-}" ]; then
         rm -f "$OUT"/*.safetensors
     fi
     CS=/usr/local/cuda/bin/compute-sanitizer
-    for tool in memcheck racecheck; do
+    for tool in memcheck racecheck synccheck initcheck; do
         # racecheck on four edge cases (RACE_CASES): all 14 took 102 s in session 20 and ran past 300 s since
+        # (synccheck and initcheck: 3 s on four cases in session 22, s22b)
         lim=160; cases=""; [ $tool = racecheck ] && lim=200 && cases=${RACE_CASES:-10,11,12,14}
         left $lim || break
         s=$(date +%s)
