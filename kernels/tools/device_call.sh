@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call for the fast kernels: the GPU tests, optional timing variants, the benches against the
 # PyTorch baseline in the same call, the demo round trip through `check`, compute-sanitizer (memcheck, racecheck,
-# synccheck, initcheck), and the gpu_fast fuzz target when it is staged. Every step is guarded by the call's elapsed time so that the summary always
-# comes back; logs go to $OUT (one file per step), the summary to stdout.
+# synccheck, initcheck), and the gpu_fast fuzz target when it is staged. Every step is guarded by the call's
+# elapsed time so that the summary always comes back; logs go to $OUT (one file per step), the summary to stdout.
 #
 # Staged here first (the GPU machine has no Rust): `bash kernels/tools/stage_gpu.sh` (or `../shared/tools/gpu-pack`,
 # too large to carry with the working tree now; at least the moe-oracle binary
