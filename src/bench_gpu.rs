@@ -548,9 +548,9 @@ mod tests {
 
     #[test]
     fn ab_settings_split_into_kernel_and_layer_ones() {
-        let (kernel, layer) = parse_ab("MOE_FAST_DEFINES=WS_CLUSTER=2 WS_RELEASE_LANES; MOE_FAST_GEMM1_GATHER_FIRST=1;MOE_FAST_CLUSTERED=ws_wgrad").unwrap();
+        let (kernel, layer) = parse_ab("MOE_FAST_DEFINES=WS_CLUSTER=2 WS_EXP_CLOCKS; MOE_FAST_GEMM1_GATHER_FIRST=1;MOE_FAST_CLUSTERED=ws_wgrad").unwrap();
         let pairs = |v: &[(&str, &str)]| v.iter().map(|(n, x)| (n.to_string(), x.to_string())).collect::<Vec<_>>();
-        assert_eq!(kernel, pairs(&[("MOE_FAST_DEFINES", "WS_CLUSTER=2 WS_RELEASE_LANES"), ("MOE_FAST_CLUSTERED", "ws_wgrad")]));
+        assert_eq!(kernel, pairs(&[("MOE_FAST_DEFINES", "WS_CLUSTER=2 WS_EXP_CLOCKS"), ("MOE_FAST_CLUSTERED", "ws_wgrad")]));
         assert_eq!(layer, pairs(&[("MOE_FAST_GEMM1_GATHER_FIRST", "1")]));
         // the layer's switches: an assignment wins over the environment's (which a test cannot set safely,
         // so only the assignments' side is shown here)

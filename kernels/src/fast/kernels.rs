@@ -323,8 +323,8 @@ mod tests {
     #[test]
     fn settings_take_assignments_by_variable_name() {
         let base = KernelSettings { defines: "WS_EXP_CLOCKS".into(), ..Default::default() };
-        let b = base.with(&[("MOE_FAST_DEFINES".into(), "WS_CLUSTER=2 WS_RELEASE_LANES".into()), ("MOE_FAST_CLUSTERED".into(), "ws_wgrad".into())]).unwrap();
-        assert_eq!(b, KernelSettings { defines: "WS_CLUSTER=2 WS_RELEASE_LANES".into(), clustered: Some("ws_wgrad".into()), clusters: None, dynamic: None, lineinfo: false });
+        let b = base.with(&[("MOE_FAST_DEFINES".into(), "WS_CLUSTER=2 WS_EXP_CLOCKS".into()), ("MOE_FAST_CLUSTERED".into(), "ws_wgrad".into())]).unwrap();
+        assert_eq!(b, KernelSettings { defines: "WS_CLUSTER=2 WS_EXP_CLOCKS".into(), clustered: Some("ws_wgrad".into()), clusters: None, dynamic: None, lineinfo: false });
         assert_eq!(base.with(&[]).unwrap(), base);
         assert!(base.with(&[("MOE_FAST_CLUSTERS".into(), "x".into())]).unwrap_err().to_string().contains("not a count"));
         assert!(base.with(&[("MOE_FAST_GATHER".into(), "0".into())]).unwrap_err().to_string().contains("not a kernel setting"));
