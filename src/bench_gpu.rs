@@ -15,6 +15,8 @@ use moe_kernels::fast::check::{check, HostCase, Scope};
 use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, KernelSettings, KernelTime, TileOrder, ENGINES};
 use moe_kernels::{Gpu, GpuError};
 use moe_reference::config::Activation;
+use moe_reference::dispatch::RowMap;
+use ndarray::ArrayView2;
 use rayon::prelude::*;
 
 use crate::cli::CliError;
@@ -391,17 +393,12 @@ struct TilePadding {
     halves: usize,
 }
 
-fn row_tile_padding(ids: &[i32], experts: usize) -> TilePadding {
-    let mut count = vec![0usize; experts];
-    for &id in ids {
-        if id >= 0 && (id as usize) < experts {
-            count[id as usize] += 1;
-        }
-    }
+fn row_tile_padding(map: &RowMap) -> TilePadding {
+    let count: Vec<usize> = (0..map.experts).map(|e| map.expert_rows(e).len()).collect();
     TilePadding {
         min_rows: count.iter().copied().min().unwrap_or(0),
         max_rows: count.iter().copied().max().unwrap_or(0),
-        rows: count.iter().sum(),
+        rows: map.rows(),
         tiles: count.iter().map(|c| c.div_ceil(128)).sum(),
         halves: count.iter().map(|c| c.div_ceil(64)).sum(),
     }
@@ -448,7 +445,8 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     let x = uniform_bits(t * h, 1.0, args.seed);
     let wr = uniform_bits(e * h, 1.0 / (h as f32).sqrt(), args.seed ^ 0x5bd1e995);
     let (ids, w) = route(&x, &wr, t, h, e, k);
-    println!("{}", padding_line(&row_tile_padding(&ids, e)));
+    let ids_2d = ArrayView2::from_shape((t, k), &ids).map_err(|err| fail(format!("routing ids: {err}")))?;
+    println!("{}", padding_line(&row_tile_padding(&RowMap::build(ids_2d, e))));
     let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
     let mut layer = FastLayer::new(&gpu, &kern, dims, Activation::Swiglu, &ids, &w).map_err(gpu_err)?;
     layer.fill_random(args.seed).map_err(gpu_err)?;
@@ -569,12 +567,12 @@ mod tests {
         let mut ids = vec![0i32; 129];
         ids.extend(std::iter::repeat(1).take(64));
         ids.push(-1);
-        let p = row_tile_padding(&ids, 3);
+        let p = row_tile_padding(&RowMap::build(ArrayView2::from_shape((ids.len(), 1), &ids).unwrap(), 3));
         assert_eq!(p, TilePadding { min_rows: 0, max_rows: 129, rows: 193, tiles: 3, halves: 4 });
         let line = padding_line(&p);
         // 193 of 384 tile rows, 193 of 256 half rows
         assert!(line.contains("padding 49.7%") && line.contains("(24.6% counting"), "{line}");
-        assert!(padding_line(&row_tile_padding(&[], 4)).contains("padding 0.0%"));
+        assert!(padding_line(&row_tile_padding(&RowMap::build(ArrayView2::from_shape((0, 2), &[]).unwrap(), 4))).contains("padding 0.0%"));
     }
 
     #[test]
