@@ -11,35 +11,29 @@ ab() { # preset reps label setting
     echo "=== $1 [$4] rc $? $((SECONDS - s)) s"
     grep -E "^A/B|^B/A|gemm1|wgrad|dX_rows|dA|swiglu_bwd|gemm2|gather|^outputs|^oracle|rror" $OUT/ab-$3.log | cut -c1-150
 }
-# `gpu_fast_all` runs every gpu_fast test (REQUIRE_GPU=1) into $OUT/gpu_fast.log; `memcheck_ws` runs
-# compute-sanitizer memcheck on the ws engine's edge shapes into $OUT/cs-memcheck.log; both print a summary.
+# `gpu_fast_all` runs every gpu_fast test (REQUIRE_GPU=1) into $OUT/gpu_fast.log and prints a summary.
 gpu_fast_all() {
     REQUIRE_GPU=1 timeout 200 .gpu/bin/gpu_fast --test-threads=1 > $OUT/gpu_fast.log 2>&1
     echo "== gpu_fast (all) rc $? at ${SECONDS}s"; grep -E "^test |test result|panicked" $OUT/gpu_fast.log | cut -c1-300 | head -8
 }
-memcheck_ws() {
-    MOE_FAST_ENGINES=ws timeout 150 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 9 \
-        .gpu/bin/gpu_fast --test-threads=1 fast_layer_matches_the_oracle_on_edge_shapes > $OUT/cs-memcheck.log 2>&1
-    echo "== memcheck (ws engine, edge shapes) rc $? at ${SECONDS}s"; grep -E "ERROR SUMMARY|test result" $OUT/cs-memcheck.log | head -3
-}
-# `racecheck_ws` runs compute-sanitizer racecheck on the ws engine's edge shapes into $OUT/cs-racecheck.log: the
-# cases RACE_CASES (default 10,11,12,14: odd shapes, several row, column and k tiles, dA_raw's side tiles; all 14
-# ran 102 s in session 20 and past 300 s since, two ran 24 s in session 21), 300 s at most.
-racecheck_ws() {
-    MOE_FAST_CASES=${RACE_CASES:-10,11,12,14} MOE_FAST_ENGINES=ws timeout 300 /usr/local/cuda/bin/compute-sanitizer --tool racecheck --error-exitcode 9 \
-        .gpu/bin/gpu_fast --test-threads=1 --nocapture fast_layer_matches_the_oracle_on_edge_shapes > $OUT/cs-racecheck.log 2>&1
-    local rc=$?
-    echo "== racecheck (ws engine, edge cases ${RACE_CASES:-10,11,12,14}) rc $rc at ${SECONDS}s"; grep -E "RACECHECK SUMMARY|Race reported|case seed" $OUT/cs-racecheck.log | head -8
-    [ $rc -eq 124 ] && echo "   racecheck TIMED OUT: no verdict (the cases above finished; s22b stalled on the padding skips' build)"
-}
-# `sanitize_ws TOOL` runs compute-sanitizer TOOL (synccheck, initcheck) on the ws engine's RACE_CASES edge
-# cases into $OUT/cs-TOOL.log, 120 s at most, and prints its summary.
-sanitize_ws() { # tool
-    MOE_FAST_CASES=${RACE_CASES:-10,11,12,14} MOE_FAST_ENGINES=ws timeout 120 /usr/local/cuda/bin/compute-sanitizer --tool $1 --error-exitcode 9 \
+# `sanitize_ws TOOL [TIMEOUT] [CASES]` runs compute-sanitizer TOOL on the ws engine's edge shapes (gpu_fast's
+# edge-shape test; CASES as MOE_FAST_CASES, empty for all; default RACE_CASES, then 10,11,12,14: odd shapes,
+# several row, column and k tiles, dA_raw's side tiles) into $OUT/cs-TOOL.log, TIMEOUT seconds at most
+# (default 120), and prints its summary, its first reports, and whether it ran out of time without a verdict.
+sanitize_ws() { # tool [timeout] [cases]
+    local cases=${3-${RACE_CASES:-10,11,12,14}}
+    MOE_FAST_CASES=$cases MOE_FAST_ENGINES=ws timeout ${2:-120} /usr/local/cuda/bin/compute-sanitizer --tool $1 --error-exitcode 9 \
         .gpu/bin/gpu_fast --test-threads=1 --nocapture fast_layer_matches_the_oracle_on_edge_shapes > $OUT/cs-$1.log 2>&1
-    echo "== $1 (ws engine, edge cases ${RACE_CASES:-10,11,12,14}) rc $? at ${SECONDS}s"; grep -E "SUMMARY|test result" $OUT/cs-$1.log | head -3
+    local rc=$?
+    echo "== $1 (ws engine, edge cases ${cases:-all}) rc $rc at ${SECONDS}s"; grep -E "SUMMARY|Race reported|case seed|test result" $OUT/cs-$1.log | head -8
     grep -m3 -E "^========= (Barrier|Uninitialized|Invalid|Error)" $OUT/cs-$1.log | cut -c1-200
+    [ $rc -eq 124 ] && echo "   $1 TIMED OUT: no verdict (the cases above finished; racecheck stalled on the padding skips' build in s22b)"
+    return 0
 }
+# memcheck on every edge shape (150 s); racecheck on RACE_CASES (all 14 ran 102 s in session 20 and past 300 s
+# since, two ran 24 s in session 21; 300 s)
+memcheck_ws() { sanitize_ws memcheck 150 ""; }
+racecheck_ws() { sanitize_ws racecheck 300; }
 layer_tests() { # bindir until
     for t in layer_api gpu_layer; do
         [ $SECONDS -gt $2 ] && return
