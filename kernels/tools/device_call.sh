@@ -79,17 +79,13 @@ if [ -z "${BENCH_ONLY:-}" ]; then
         echo "== check --recipe bf16 rc $?"
         rm -f "$OUT"/*.safetensors
     fi
-    CS=/usr/local/cuda/bin/compute-sanitizer
+    # (sanitize_ws: kernels/tools/sessions/ab_lib.sh; every edge shape, but racecheck on RACE_CASES: all 14 took
+    # 102 s in session 20 and ran past 300 s since; synccheck and initcheck ran 3 s on four cases in s22b)
+    source kernels/tools/sessions/ab_lib.sh
     for tool in memcheck racecheck synccheck initcheck; do
-        # racecheck on four edge cases (RACE_CASES): all 14 took 102 s in session 20 and ran past 300 s since
-        # (synccheck and initcheck: 3 s on four cases in session 22, s22b)
         lim=160; cases=""; [ $tool = racecheck ] && lim=200 && cases=${RACE_CASES:-10,11,12,14}
         left $lim || break
-        s=$(date +%s)
-        MOE_FAST_CASES=$cases MOE_FAST_ENGINES=ws timeout $lim $CS --tool $tool --error-exitcode 9 $B/gpu_fast --test-threads=1 \
-            fast_layer_matches_the_oracle_on_edge_shapes > "$OUT/cs-$tool.log" 2>&1
-        echo "== compute-sanitizer $tool (ws engine, edge cases) rc $? $(( $(date +%s) - s )) s"
-        grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/cs-$tool.log" | head -2
+        sanitize_ws $tool $lim "$cases"
     done
     if [ -x .gpu/fuzz/gpu_fast ] && left 60; then
         mkdir -p /tmp/gpu_fast_corpus
