@@ -16,13 +16,13 @@ gpu_fast_all() {
     REQUIRE_GPU=1 timeout 200 .gpu/bin/gpu_fast --test-threads=1 > $OUT/gpu_fast.log 2>&1
     echo "== gpu_fast (all) rc $? at ${SECONDS}s"; grep -E "^test |test result|panicked" $OUT/gpu_fast.log | cut -c1-300 | head -8
 }
-# `sanitize_ws TOOL [TIMEOUT] [CASES]` runs compute-sanitizer TOOL on the ws engine's edge shapes (gpu_fast's
+# `sanitize_ws TOOL [TIMEOUT] [CASES] [OPTION...]` runs compute-sanitizer TOOL (with OPTIONs) on the ws engine's edge shapes (gpu_fast's
 # edge-shape test; CASES as MOE_FAST_CASES, empty for all; default RACE_CASES, then 10,11,12,14: odd shapes,
 # several row, column and k tiles, dA_raw's side tiles) into $OUT/cs-TOOL.log, TIMEOUT seconds at most
 # (default 120), and prints its summary, its first reports, and whether it ran out of time without a verdict.
-sanitize_ws() { # tool [timeout] [cases]
+sanitize_ws() { # tool [timeout] [cases] [option...]
     local cases=${3-${RACE_CASES:-10,11,12,14}}
-    MOE_FAST_CASES=$cases MOE_FAST_ENGINES=ws timeout ${2:-120} /usr/local/cuda/bin/compute-sanitizer --tool $1 --error-exitcode 9 \
+    MOE_FAST_CASES=$cases MOE_FAST_ENGINES=ws timeout ${2:-120} /usr/local/cuda/bin/compute-sanitizer --tool $1 --error-exitcode 9 "${@:4}" \
         .gpu/bin/gpu_fast --test-threads=1 --nocapture fast_layer_matches_the_oracle_on_edge_shapes > $OUT/cs-$1.log 2>&1
     local rc=$?
     echo "== $1 (ws engine, edge cases ${cases:-all}) rc $rc at ${SECONDS}s"; grep -E "SUMMARY|Race reported|case seed|test result" $OUT/cs-$1.log | head -8
