@@ -160,21 +160,13 @@ __device__ __forceinline__ void mbar_arrive_remote_release(unsigned bar, unsigne
 // WS_RELEASE_LANES, measured no faster and were removed with the side tiles' lane arrivals, session 22.)
 #define WS_WARP_ARRIVALS 32
 __device__ __forceinline__ void ws_release(unsigned bar, int lane, bool all_lanes) {
-    if (all_lanes) {
+    if (!all_lanes && lane != 0) return;
+    const unsigned n = all_lanes ? 1u : WS_WARP_ARRIVALS;
 #if WS_RELEASE_BLOCKS == 1
-        mbar_arrive_n(bar, 1);
+    mbar_arrive_n(bar, n);
 #else
 #pragma unroll
-        for (unsigned c = 0; c < WS_CLUSTER; ++c) mbar_arrive_cta_n(bar, c, 1);
-#endif
-        return;
-    }
-    if (lane != 0) return;
-#if WS_RELEASE_BLOCKS == 1
-    mbar_arrive_n(bar, WS_WARP_ARRIVALS);
-#else
-#pragma unroll
-    for (unsigned c = 0; c < WS_CLUSTER; ++c) mbar_arrive_cta_n(bar, c, WS_WARP_ARRIVALS);
+    for (unsigned c = 0; c < WS_CLUSTER; ++c) mbar_arrive_cta_n(bar, c, n);
 #endif
 }
 

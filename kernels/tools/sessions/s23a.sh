@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Session 23, first call (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"]; at most ~7 minutes).
-# 1. One round against the PyTorch baseline on each preset (the default: lane releases, no skips; none in s22).
+# Session 23, first call (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"]; at most ~9.5 minutes).
+# The build has ws_release's two arrival branches folded into one with a computed count (session 22's review:
+# same SASS size, PTX not byte-identical), so it is also the test of that change.
+# 1. One round against the PyTorch baseline on each preset (the default: lane releases, no skips; none in s22),
+#    every gpu_fast test and racecheck of the default on cases 10, 11, 12, 14.
 # 2. Why racecheck stalls on the padding skips' build (session 22: s22b and s22c, case 10 unfinished after 300 s
 #    and 40 s, while each skip alone and neither finish in 6.4-6.8 s; each kernel of the both-skips build is
 #    PTX-identical to one of a single-skip build). Repeats (is it flaky?), once without the driver's JIT cache,
@@ -11,13 +14,15 @@ source kernels/tools/sessions/ab_lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 SKIPS="WS_SKIP_EMPTY_WG=2 WS_SKIP_EMPTY_K=1"
 race10() { # label, then extra compute-sanitizer options: racecheck of the skips' build on case 10, 40 s
-    [ $SECONDS -gt 520 ] && return
+    [ $SECONDS -gt 540 ] && return
     local label=$1; shift
     echo "-- skips' build, $label"
     MOE_FAST_DEFINES="$SKIPS" sanitize_ws racecheck 40 10 "$@"
     cp $OUT/cs-racecheck.log "$OUT/race-$label.log"
 }
-baselines 200 s23a
+baselines 150 s23a
+gpu_fast_all
+sanitize_ws racecheck 100; cp $OUT/cs-racecheck.log $OUT/race-default.log
 race10 rep1
 race10 rep2
 CUDA_CACHE_DISABLE=1 race10 nocache
