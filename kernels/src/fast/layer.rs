@@ -7,6 +7,8 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaView, DevicePtr, DeviceRepr, Laun
 use moe_reference::config::Activation;
 
 use super::source;
+use super::tma::{tma_desc, TmaDesc};
+use super::trace::FastTrace;
 use super::kernels::with_cluster_config;
 use super::FastKernels;
 use crate::{Gpu, GpuError};
@@ -109,54 +111,6 @@ fn fill_nan<const N: usize>(gpu: &Gpu, k: &FastKernels, bufs: [&mut CudaSlice<u1
     Ok(())
 }
 
-/// A TMA tensor map (`CUtensorMap`, 128 opaque bytes) as the persistent GEMMs take it: by value
-/// (`__grid_constant__ TmaDesc` in fast_ws.cu).
-#[repr(C, align(64))]
-#[derive(Clone, Copy, Default)]
-struct TmaDesc([u64; 16]);
-// SAFETY: 128 bytes of plain data, the layout of fast_ws.cu's TmaDesc.
-unsafe impl DeviceRepr for TmaDesc {}
-
-/// A bf16 tensor map with 128-byte swizzle over `dims` (innermost first; `strides` in elements of every dim
-/// but the first) and box `boxd`: the box lands in shared memory as wgmma's 128-byte-swizzle layout, and
-/// reads past the tensor's bounds are zero-filled (stores past them are dropped).
-fn tma_desc(ptr: u64, dims: &[u64], strides: &[u64], boxd: &[u32]) -> Result<TmaDesc, GpuError> {
-    use cudarc::driver::sys::*;
-    let rank = dims.len();
-    if rank == 0 || rank > 3 || strides.len() + 1 != rank || boxd.len() != rank || dims.contains(&0) {
-        return Err(GpuError::Input(format!("tensor map: dims {dims:?}, strides {strides:?}, box {boxd:?}")));
-    }
-    let bytes: Vec<u64> = strides.iter().map(|s| s * 2).collect();
-    let ones = [1u32; 3];
-    let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
-    // SAFETY: the pointers are valid arrays of `rank` (dims, box, element strides) and `rank - 1` (strides)
-    // entries; `map` is written by the call.
-    let r = unsafe {
-        cuTensorMapEncodeTiled(
-            map.as_mut_ptr(),
-            CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-            rank as u32,
-            ptr as *mut std::ffi::c_void,
-            dims.as_ptr(),
-            bytes.as_ptr(),
-            boxd.as_ptr(),
-            ones.as_ptr(),
-            CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-            CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    };
-    if r != CUresult::CUDA_SUCCESS {
-        return Err(GpuError::Input(format!("cuTensorMapEncodeTiled failed ({r:?}) for dims {dims:?}, strides {strides:?}, box {boxd:?}")));
-    }
-    // SAFETY: initialised by the successful call above.
-    let map = unsafe { map.assume_init() };
-    let mut d = TmaDesc::default();
-    d.0.copy_from_slice(&map.opaque);
-    Ok(d)
-}
-
 /// An engine of the fast layer: (row GEMMs on wgmma, weight gradients on wgmma, weights read as stored with
 /// the row-wise SwiGLU backward, those GEMMs as persistent warp-specialised kernels); see `set_engine`.
 pub type Engine = (bool, bool, bool, bool);
@@ -178,55 +132,6 @@ pub type Inputs = (Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>);
 pub struct KernelTime {
     pub name: &'static str,
     pub ms: f32,
-}
-
-/// Everything the layer wrote, downloaded (bf16 tensors as raw bits), for the checker.
-pub struct FastTrace {
-    pub row_token: Vec<i32>,
-    pub row_slot: Vec<i32>,
-    pub offsets: Vec<i32>,
-    pub slot_row: Vec<i32>,
-    pub h: Vec<u16>,
-    pub a: Vec<u16>,
-    pub o: Vec<u16>,
-    pub y: Vec<u16>,
-    pub dh: Vec<u16>,
-    /// A' = w·A, the dW2 operand
-    pub aw: Vec<u16>,
-    pub dx_rows: Vec<u16>,
-    pub grad_x: Vec<u16>,
-    pub grad_w13: Vec<u16>,
-    pub grad_w2: Vec<u16>,
-    pub grad_topk_weights: Vec<f32>,
-}
-
-impl FastTrace {
-    /// The first output tensor in which two traces differ bitwise (grad.topk_weights by its f32 bits) and
-    /// the flat index of its first differing element; `None` when every output is the same: run-to-run
-    /// determinism, and the same bits from two engines or configurations.
-    pub fn first_difference(&self, other: &FastTrace) -> Option<(&'static str, usize)> {
-        // (lengths that differ: the first index past the shorter one)
-        fn at<T: PartialEq>(x: &[T], y: &[T]) -> Option<usize> {
-            (x != y).then(|| x.iter().zip(y).position(|(p, q)| p != q).unwrap_or(x.len().min(y.len())))
-        }
-        let bf16: [(&'static str, &Vec<u16>, &Vec<u16>); 10] = [
-            ("h", &self.h, &other.h),
-            ("a", &self.a, &other.a),
-            ("o", &self.o, &other.o),
-            ("y", &self.y, &other.y),
-            ("dh", &self.dh, &other.dh),
-            ("a_weighted", &self.aw, &other.aw),
-            ("dx_rows", &self.dx_rows, &other.dx_rows),
-            ("grad.x", &self.grad_x, &other.grad_x),
-            ("grad.w13", &self.grad_w13, &other.grad_w13),
-            ("grad.w2", &self.grad_w2, &other.grad_w2),
-        ];
-        if let Some(d) = bf16.iter().find_map(|(name, x, y)| at(x, y).map(|i| (*name, i))) {
-            return Some(d);
-        }
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
-        at(&bits(&self.grad_topk_weights), &bits(&other.grad_topk_weights)).map(|i| ("grad.topk_weights", i))
-    }
 }
 
 /// Views of the layer's device buffers at their exact lengths (bf16 tensors as raw bits); the same tensors
@@ -1292,37 +1197,6 @@ mod tests {
         assert_eq!(shapes(2048, 768).map(|(n, k)| raster_group(Some(TileOrder::RowGroups(3)), n, k)), [3; 4]);
         assert_eq!(shapes(2048, 768).map(|(n, k)| raster_group(Some(TileOrder::Experts), n, k)), [-1; 4]);
         assert_eq!(raster_group(Some(TileOrder::RowGroups(u32::MAX)), 8, 8), 1 << 16);
-    }
-
-    #[test]
-    fn first_difference_names_the_tensor_and_index() {
-        let t = || FastTrace {
-            row_token: vec![0],
-            row_slot: vec![0],
-            offsets: vec![0, 1],
-            slot_row: vec![0],
-            h: vec![1, 2, 3],
-            a: vec![4],
-            o: vec![5],
-            y: vec![6],
-            dh: vec![7],
-            aw: vec![8],
-            dx_rows: vec![9],
-            grad_x: vec![10],
-            grad_w13: vec![11, 12],
-            grad_w2: vec![13],
-            grad_topk_weights: vec![0.5, -0.0],
-        };
-        assert_eq!(t().first_difference(&t()), None);
-        let mut b = t();
-        b.grad_w13[1] = 0x7fc0;
-        b.h.push(0);
-        assert_eq!(t().first_difference(&b), Some(("h", 3)));
-        b.h.pop();
-        assert_eq!(t().first_difference(&b), Some(("grad.w13", 1)));
-        let mut c = t();
-        c.grad_topk_weights[1] = 0.0; // +0 against -0: equal as floats, not as bits
-        assert_eq!(t().first_difference(&c), Some(("grad.topk_weights", 1)));
     }
 
     #[test]

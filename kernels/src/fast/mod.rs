@@ -25,6 +25,9 @@ pub mod check;
 mod kernels;
 mod layer;
 mod source;
+mod tma;
+mod trace;
 
 pub use kernels::{FastKernels, KernelSettings};
-pub use layer::{Engine, FastBuffers, FastDims, FastLayer, FastTrace, Inputs, KernelTime, TileOrder, ENGINES};
+pub use layer::{Engine, FastBuffers, FastDims, FastLayer, Inputs, KernelTime, TileOrder, ENGINES};
+pub use trace::FastTrace;
