@@ -90,6 +90,10 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
                 : "=r"(done)
                 : "r"(bar), "r"(parity)
                 : "memory");
+#ifdef WS_EXP_WAIT_BACKOFF  // experiment (session 23): sleep between polls, to test whether racecheck's stall on
+        // the padding skips' GEMM1 is the cost of recording a spinning warpgroup's polls
+        if (!done) __nanosleep(WS_EXP_WAIT_BACKOFF);
+#endif
     }
 }
 
