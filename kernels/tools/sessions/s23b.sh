@@ -4,7 +4,7 @@
 # 1. Memcheck of the landed default on every edge shape (s23a ran gpu_fast, racecheck, synccheck and initcheck on
 #    it; session 22's memcheck was of the build before the ws_release fold-in).
 # 2. The padding skips' racecheck stall (s23a: GEMM1's, not deterministic): GEMM1 instrumented alone with a sleep
-#    between mbarrier polls (WS_EXP_WAIT_BACKOFF, ns), twice, then once more without it (60 s). If the backoff
+#    between mbarrier polls (WS_EXP_WAIT_BACKOFF, ns), twice, then once more without it. If the backoff
 #    runs finish in seconds while the plain one stalls, the stall is racecheck recording the polls.
 # 3. A second round against the PyTorch baseline, if there is time.
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -20,6 +20,6 @@ race_gemm1() { # label, timeout, extra defines
 memcheck_ws
 race_gemm1 backoff-1 40 WS_EXP_WAIT_BACKOFF=64
 race_gemm1 backoff-2 40 WS_EXP_WAIT_BACKOFF=64
-race_gemm1 plain 60
-baselines 300 s23b
+race_gemm1 plain 40
+baselines 250 s23b
 echo total ${SECONDS}s
