@@ -2,7 +2,8 @@
 //! `kernels/tools/nvrtc_check.py`), in the default build, with clusters of two (`WS_CLUSTER=2`), without the
 //! dynamic tile scheduler (`WS_DYNAMIC=0`), with every partial row group stored by the direct epilogue
 //! (`WS_PARTIAL_STAGED=0`; the default copies GEMM2's and dX's out of the staging boxes), with the empty
-//! warpgroups' and k-slices' wgmma skipped (`WS_SKIP_EMPTY_WG=1 WS_SKIP_EMPTY_K=1`), with no register spills, no wgmma that ptxas serialises (note C7520:
+//! warpgroups' and k-slices' wgmma skipped (`WS_SKIP_EMPTY_WG=1 WS_SKIP_EMPTY_K=1`, the skipping warpgroup's
+//! waits sleeping between polls: `WS_SKIP_WAIT_BACKOFF=64`), with no register spills, no wgmma that ptxas serialises (note C7520:
 //! in session 9 a branch around the MMA cost the clustered GEMMs ~40% of their main-loop cycles, and nothing
 //! but ptxas's note showed it; C7515 for the persistent GEMMs), and no persistent GEMM larger than
 //! `MAX_INSTRUCTIONS` SASS instructions (session 15: instruction-cache bound at 43,504).
@@ -45,7 +46,7 @@ fn fast_kernels_compile_for_sm90a_without_spills_or_serialised_wgmma() {
         &["-DWS_CLUSTER=2"],
         &["-DWS_DYNAMIC=0"],
         &["-DWS_PARTIAL_STAGED=0"],
-        &["-DWS_SKIP_EMPTY_WG=1", "-DWS_SKIP_EMPTY_K=1"],
+        &["-DWS_SKIP_EMPTY_WG=1", "-DWS_SKIP_EMPTY_K=1", "-DWS_SKIP_WAIT_BACKOFF=64"],
     ];
     let results: Vec<Result<String, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = builds.iter().map(|d| s.spawn(move || compile(d))).collect();

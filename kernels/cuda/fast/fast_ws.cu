@@ -74,8 +74,14 @@ __device__ __forceinline__ void mbar_arrive_cp_async(unsigned bar) {
 // Wait until the phase of parity `parity` has completed (a fresh barrier counts its phase "-1", parity 1, as done).
 // CLUSTER: with acquire at cluster scope, for a barrier that the partner block of a cluster arrives on with
 // release at cluster scope (the cluster-wide tile queue: what the partner wrote before is then visible here).
+// sleep_ns: a sleep between polls (0: none, the default). WS_EXP_WAIT_BACKOFF=NS (experiment, session 23) gives
+// every wait one, to test whether racecheck's stall on the padding skips' GEMM1 is the cost of recording a spinning
+// warpgroup's polls; WS_SKIP_WAIT_BACKOFF (below) gives one to the skipping warpgroup's waits only.
+#ifndef WS_EXP_WAIT_BACKOFF
+#define WS_EXP_WAIT_BACKOFF 0
+#endif
 template <bool CLUSTER = false>
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity, unsigned sleep_ns = WS_EXP_WAIT_BACKOFF) {
     unsigned done = 0;
     while (!done) {
         if (CLUSTER)
@@ -90,10 +96,7 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
                 : "=r"(done)
                 : "r"(bar), "r"(parity)
                 : "memory");
-#ifdef WS_EXP_WAIT_BACKOFF  // experiment (session 23): sleep between polls, to test whether racecheck's stall on
-        // the padding skips' GEMM1 is the cost of recording a spinning warpgroup's polls
-        if (!done) __nanosleep(WS_EXP_WAIT_BACKOFF);
-#endif
+        if (!done && sleep_ns) __nanosleep(sleep_ns);
     }
 }
 
@@ -365,6 +368,12 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 //   GEMM1's skipping warpgroup (WS_EXP_WAIT_BACKOFF tests it).
 #ifndef WS_SKIP_EMPTY_WG
 #define WS_SKIP_EMPTY_WG 0
+#endif
+// WS_SKIP_WAIT_BACKOFF=NS: the skipping warpgroup sleeps NS between its polls of a stage's full barrier (candidate,
+//   session 23, not yet run: if racecheck's GEMM1 stall is its recording of those polls, this keeps the skips'
+//   build checkable while the other warpgroup, the one on the critical path, polls as before).
+#ifndef WS_SKIP_WAIT_BACKOFF
+#define WS_SKIP_WAIT_BACKOFF 0
 #endif
 // WS_SKIP_EMPTY_K: the weight gradients' last k-tile of each expert issues the wgmma of its 16-row slices that
 //   hold rows only (the others are zero-filled: ~3% of the weight gradients' MMA work at ~1024 rows an expert).
@@ -976,6 +985,8 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 mbar_wait(full0 + 8 * s, phase);
                 c_full += clock64() - cw;
                 if (kt == 0) c_full0 += clock64() - cw;
+#elif WS_SKIP_EMPTY_WG && WS_SKIP_WAIT_BACKOFF
+                mbar_wait(full0 + 8 * s, phase, skip ? WS_SKIP_WAIT_BACKOFF : WS_EXP_WAIT_BACKOFF);
 #else
                 mbar_wait(full0 + 8 * s, phase);
 #endif

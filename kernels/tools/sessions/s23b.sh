@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
-# Session 23, second call (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"]; at most ~3 minutes: failed
-# starts left the session ~270 s of device time after s23a).
+# Session 23's second call, not run then (failed starts left too little device time); the next session's first
+# (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"]; at most ~9 minutes).
 # 1. Memcheck of the landed default on every edge shape (s23a ran gpu_fast, racecheck, synccheck and initcheck on
-#    it; session 22's memcheck was of the build before the ws_release fold-in).
-# 2. The padding skips' racecheck stall (s23a: GEMM1's, not deterministic): GEMM1 instrumented alone with a sleep
-#    between mbarrier polls (WS_EXP_WAIT_BACKOFF, ns), then without it, then with it again if there is time. If the backoff
-#    runs finish in seconds while the plain one stalls, the stall is racecheck recording the polls.
+#    it; memcheck last ran on the build before the ws_release fold-in).
+# 2. The padding skips' racecheck stall (s23a: GEMM1's, not deterministic), GEMM1 instrumented alone on case 10:
+#    with a sleep between every mbarrier poll (WS_EXP_WAIT_BACKOFF, ns), without it, and with the sleep in the
+#    skipping warpgroup's waits only (WS_SKIP_WAIT_BACKOFF, the candidate). If the sleeps finish in seconds and
+#    the plain build stalls, the stall is racecheck recording the polls.
+# 3. If the candidate finished: the whole racecheck set and every gpu_fast test on the skips with the candidate,
+#    then its cost against the default (the skips alone measured B/A 0.991 on 30b, 0.997 on 235b in s22a).
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s23b}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 SKIPS="WS_SKIP_EMPTY_WG=2 WS_SKIP_EMPTY_K=1"
-race_gemm1() { # label, timeout, extra defines
+CAND="$SKIPS WS_SKIP_WAIT_BACKOFF=64"
+race_gemm1() { # label, timeout, extra defines; returns 0 when racecheck gave a verdict in time
     echo "-- skips' build, GEMM1 instrumented alone, $1"
     MOE_FAST_DEFINES="$SKIPS $3" sanitize_ws racecheck $2 10 --kernel-name kne=ws_gemm1_swiglu
     cp $OUT/cs-racecheck.log "$OUT/race-$1.log"
+    grep -q "RACECHECK SUMMARY" "$OUT/race-$1.log"
 }
-sanitize_ws memcheck 100 ""
-race_gemm1 backoff-1 30 WS_EXP_WAIT_BACKOFF=64
-race_gemm1 plain 30
-[ $SECONDS -lt 120 ] && race_gemm1 backoff-2 30 WS_EXP_WAIT_BACKOFF=64
+sanitize_ws memcheck 150 ""
+race_gemm1 every-wait-sleeps 40 WS_EXP_WAIT_BACKOFF=64
+race_gemm1 plain 40
+if race_gemm1 skipping-wg-sleeps 40 WS_SKIP_WAIT_BACKOFF=64; then
+    echo "-- the candidate ($CAND): racecheck on cases 10, 11, 12, 14, every kernel instrumented"
+    MOE_FAST_DEFINES="$CAND" sanitize_ws racecheck 120
+    MOE_FAST_DEFINES="$CAND" gpu_fast_all
+    AB_UNTIL=480
+    ab qwen3-30b-a3b 10 30b-cand "MOE_FAST_DEFINES=$CAND"
+    ab qwen3-235b-a22b 6 235b-cand "MOE_FAST_DEFINES=$CAND"
+fi
 echo total ${SECONDS}s
