@@ -74,14 +74,14 @@ __device__ __forceinline__ void mbar_arrive_cp_async(unsigned bar) {
 // Wait until the phase of parity `parity` has completed (a fresh barrier counts its phase "-1", parity 1, as done).
 // CLUSTER: with acquire at cluster scope, for a barrier that the partner block of a cluster arrives on with
 // release at cluster scope (the cluster-wide tile queue: what the partner wrote before is then visible here).
-// sleep_ns: a sleep between polls (0: none, the default). WS_EXP_WAIT_BACKOFF=NS (experiment, session 23) gives
+// sleep_ns: a sleep between polls (0: none, the default). WS_WAIT_BACKOFF=NS (experiment, session 23) gives
 // every wait one, to test whether racecheck's stall on the padding skips' GEMM1 is the cost of recording a spinning
 // warpgroup's polls; WS_SKIP_WAIT_BACKOFF (below) gives one to the skipping warpgroup's waits only.
-#ifndef WS_EXP_WAIT_BACKOFF
-#define WS_EXP_WAIT_BACKOFF 0
+#ifndef WS_WAIT_BACKOFF
+#define WS_WAIT_BACKOFF 0
 #endif
 template <bool CLUSTER = false>
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity, unsigned sleep_ns = WS_EXP_WAIT_BACKOFF) {
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity, unsigned sleep_ns = WS_WAIT_BACKOFF) {
     unsigned done = 0;
     while (!done) {
         if (CLUSTER)
@@ -365,7 +365,7 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 //   whose racecheck finishes in seconds (session 22; gpu_fast and memcheck pass). Session 23: the stall is GEMM1's
 //   (`--kernel-name kne=ws_gemm1_swiglu` alone stalls, every other kernel alone finishes clean) and it comes and
 //   goes (one run of the whole build finished case 10 clean in 8.6 s); suspect: racecheck recording the polls of
-//   GEMM1's skipping warpgroup (WS_EXP_WAIT_BACKOFF tests it).
+//   GEMM1's skipping warpgroup (WS_WAIT_BACKOFF tests it).
 #ifndef WS_SKIP_EMPTY_WG
 #define WS_SKIP_EMPTY_WG 0
 #endif
@@ -986,7 +986,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 c_full += clock64() - cw;
                 if (kt == 0) c_full0 += clock64() - cw;
 #elif WS_SKIP_EMPTY_WG && WS_SKIP_WAIT_BACKOFF
-                mbar_wait(full0 + 8 * s, phase, skip ? WS_SKIP_WAIT_BACKOFF : WS_EXP_WAIT_BACKOFF);
+                mbar_wait(full0 + 8 * s, phase, skip ? WS_SKIP_WAIT_BACKOFF : WS_WAIT_BACKOFF);
 #else
                 mbar_wait(full0 + 8 * s, phase);
 #endif

@@ -4,7 +4,7 @@
 # 1. Memcheck of the landed default on every edge shape (s23a ran gpu_fast, racecheck, synccheck and initcheck on
 #    it; memcheck last ran on the build before the ws_release fold-in).
 # 2. The padding skips' racecheck stall (s23a: GEMM1's, not deterministic), GEMM1 instrumented alone on case 10:
-#    with a sleep between every mbarrier poll (WS_EXP_WAIT_BACKOFF, ns), without it, and with the sleep in the
+#    with a sleep between every mbarrier poll (WS_WAIT_BACKOFF, ns), without it, and with the sleep in the
 #    skipping warpgroup's waits only (WS_SKIP_WAIT_BACKOFF, the candidate). If the sleeps finish in seconds and
 #    the plain build stalls, the stall is racecheck recording the polls.
 # 3. If the candidate finished: the whole racecheck set and every gpu_fast test on the skips with the candidate,
@@ -22,7 +22,7 @@ race_gemm1() { # label, timeout, extra defines; returns 0 when racecheck gave a 
     grep -q "RACECHECK SUMMARY" "$OUT/race-$1.log"
 }
 sanitize_ws memcheck 150 ""
-race_gemm1 every-wait-sleeps 40 WS_EXP_WAIT_BACKOFF=64
+race_gemm1 every-wait-sleeps 40 WS_WAIT_BACKOFF=64
 race_gemm1 plain 40
 if race_gemm1 skipping-wg-sleeps 40 WS_SKIP_WAIT_BACKOFF=64; then
     echo "-- the candidate ($CAND): racecheck on cases 10, 11, 12, 14, every kernel instrumented"
