@@ -1,5 +1,5 @@
-//! Host side of the fast path: the layer's device buffers, and the launches of forward and backward
-//! (optionally timed kernel by kernel with CUDA events).
+//! Host side of the fast path: the layer's device buffers and the launch helpers (optionally timed kernel by
+//! kernel with CUDA events); the forward's launches are in `forward.rs`, the backward's in `backward.rs`.
 
 use std::sync::Arc;
 
@@ -12,6 +12,9 @@ use super::trace::FastTrace;
 use super::kernels::with_cluster_config;
 use super::FastKernels;
 use crate::{Gpu, GpuError};
+
+mod backward;
+mod forward;
 
 /// Rows per GEMM tile (the kernels' FG_BM / FR_TILE_M).
 const TILE_M: usize = 128;
@@ -662,93 +665,6 @@ impl<'g> FastLayer<'g> {
         Ok([ta, tb, tc, td])
     }
 
-    fn base_params(&self) -> GemmParams {
-        GemmParams {
-            tiles: self.ptr(&self.tiles),
-            tile_count: self.ptr(&self.tile_count),
-            offsets: self.ptr(&self.offsets),
-            tile_ctr: self.ptr(&self.tile_ctr),
-            inter: self.dims.inter as i32,
-            alpha: self.alpha,
-            clamp_limit: self.limit,
-            ..Default::default()
-        }
-    }
-
-    /// Routing to rows, GEMM1 + SwiGLU, GEMM2, combine. Asynchronous (on the GPU's stream).
-    pub fn forward(&mut self) -> Result<(), GpuError> {
-        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
-        let slots = t * kk;
-        let (slots_i, e_i, k_i) = (slots as i32, e as i32, kk as i32);
-        if slots > 0 {
-            let chunks = slots.div_ceil(ROUTE_CHUNK);
-            let chunks_i = chunks as i32;
-            let grid = LaunchConfig { grid_dim: (chunks as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-            let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: (12 * e + 4 * e.max(1024)) as u32 };
-            // SAFETY (three launches): argument lists match cuda/fast/fast_route.cu; counts holds chunks*E,
-            // tiles 3*max_tiles (a bound on the tiles fr_scan writes), tiles2 3*(max_tiles + E) (one pad per
-            // expert at most), the row arrays `rows` entries.
-            self.launch("route_count", |me| {
-                unsafe { me.gpu.stream.launch_builder(me.k.f("fr_count")).arg(&me.ids).arg(&slots_i).arg(&e_i).arg(&me.counts).launch(grid)? };
-                Ok(())
-            })?;
-            self.launch("route_scan", |me| {
-                unsafe {
-                    me.gpu.stream.launch_builder(me.k.f("fr_scan")).arg(&me.counts).arg(&chunks_i).arg(&e_i).arg(&me.offsets).arg(&me.tiles).arg(&me.tile_count)
-                        .arg(&me.tiles2).arg(&me.tile_count2).launch(one)?
-                };
-                Ok(())
-            })?;
-            self.launch("route_fill", |me| {
-                unsafe {
-                    me.gpu.stream.launch_builder(me.k.f("fr_fill"))
-                        .arg(&me.ids).arg(&me.weights).arg(&slots_i).arg(&k_i).arg(&e_i).arg(&me.counts).arg(&me.offsets)
-                        .arg(&me.row_token).arg(&me.row_slot).arg(&me.row_w).arg(&me.slot_row)
-                        .launch(grid)?
-                };
-                Ok(())
-            })?;
-        }
-        // X's rows: gathered in GEMM1's loads, or copied into expert order first (into x_rows, kept for the
-        // backward, or into the o buffer, which GEMM2 overwrites)
-        self.x_rows_fresh = false;
-        let copy_into = if !self.persistent || self.rows == 0 {
-            None
-        } else if self.save_x_rows {
-            if self.x_rows.len() < self.rows * hd {
-                self.x_rows = zeros(self.gpu, self.rows * hd)?;
-            }
-            Some(self.ptr(&self.x_rows))
-        } else if self.gemm1_gather_first {
-            Some(self.ptr(&self.o))
-        } else {
-            None
-        };
-        self.gemm1(copy_into)?;
-        self.x_rows_fresh = self.save_x_rows && copy_into.is_some();
-        let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
-        let mut p = self.base_params();
-        p.a = self.ptr(&self.a);
-        p.lda = id as i64;
-        p.b = self.ptr(&self.w2);
-        p.ldb = id as i64;
-        p.b_estride = (hd * id) as i64;
-        p.c = self.ptr(&self.o);
-        p.ldc = hd as i64;
-        p.n_dim = hd as i32;
-        p.k_dim = id as i32;
-        if self.wgmma {
-            self.gemm("wg_rows", "gemm2", (hd.div_ceil(WG_TILE_N), tiles, 1), p)?;
-        } else {
-            self.gemm("fg_rows_nt", "gemm2", (hd.div_ceil(TILE_N), tiles, 1), p)?;
-        }
-        if t > 0 {
-            let (o, w, sr, y) = (self.ptr(&self.o), self.ptr(&self.weights), self.ptr(&self.slot_row), self.ptr(&self.y));
-            self.combine("combine", o, w, sr, y)?;
-        }
-        Ok(())
-    }
-
     /// `out[t] = Σ_j (w[t,j]·) rows[row(t,j)]`; `weights` 0 for the plain un-dispatch sum.
     fn combine(&mut self, name: &'static str, rows: u64, weights: u64, slot_row: u64, out: u64) -> Result<(), GpuError> {
         let FastDims { tokens: t, hidden: hd, top_k: kk, .. } = self.dims;
@@ -761,190 +677,6 @@ impl<'g> FastLayer<'g> {
             unsafe { me.gpu.stream.launch_builder(me.k.f("fc_combine")).arg(&rows).arg(&weights).arg(&slot_row).arg(&out).arg(&ti).arg(&ki).arg(&hi).launch(cfg)? };
             Ok(())
         })
-    }
-
-    /// GEMM1 with the SwiGLU in its epilogue: H and A rows from the gathered rows of X (`copy_into`: copied
-    /// into expert order in that buffer (rows x H) first, then read in order; else gathered in the loads).
-    fn gemm1(&mut self, copy_into: Option<u64>) -> Result<(), GpuError> {
-        let FastDims { hidden: hd, inter: id, .. } = self.dims;
-        let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
-        let mut p = self.base_params();
-        if let Some(dst) = copy_into {
-            let x = self.ptr(&self.x);
-            self.gather_rows("gather_x_fwd", x, dst, hd)?;
-            p.a = dst;
-        } else {
-            p.a = self.ptr(&self.x);
-            p.a_idx = self.ptr(&self.row_token);
-        }
-        p.lda = hd as i64;
-        p.b = self.ptr(&self.w13);
-        p.ldb = hd as i64;
-        p.b_estride = (2 * id * hd) as i64;
-        p.c = self.ptr(&self.h);
-        p.ldc = (2 * id) as i64;
-        p.c2 = self.ptr(&self.a);
-        p.n_dim = (2 * id) as i32;
-        p.k_dim = hd as i32;
-        if self.wgmma {
-            self.gemm("wg_gemm1_swiglu", "gemm1+swiglu", (id.div_ceil(WG_TILE_N / 2), tiles, 1), p)?;
-        } else {
-            self.gemm("fg_gemm1_swiglu", "gemm1+swiglu", (id.div_ceil(TILE_N / 2), tiles, 1), p)?;
-        }
-        Ok(())
-    }
-
-    /// Selective recomputation: recompute H (and A) from X before `backward`, for a caller that keeps only X
-    /// and the routing from forward (`bytes_kept_per_token_recompute`) instead of H. Bitwise the forward's H
-    /// (same kernel, same inputs); costs one GEMM1 (bench-gpu reports it).
-    pub fn recompute_h(&mut self) -> Result<(), GpuError> {
-        // (X's rows gathered in the loads: the o buffer may still be read after forward)
-        self.gemm1(None)
-    }
-
-    /// Overwrite H and A with NaN: what a caller that drops them after forward leaves (for testing
-    /// `recompute_h`: a backward that read anything not recomputed would show NaN).
-    pub fn forget_h(&mut self) -> Result<(), GpuError> {
-        fill_nan(self.gpu, self.k, [&mut self.h, &mut self.a])
-    }
-
-    /// dA (+ SwiGLU backward, A', routing-weight partials), routing-weight gradient, dX rows, un-dispatch,
-    /// dW13, dW2. Needs a forward first. Asynchronous.
-    pub fn backward(&mut self) -> Result<(), GpuError> {
-        let FastDims { tokens: t, hidden: hd, inter: id, experts: e, top_k: kk } = self.dims;
-        let tiles = if self.rows > 0 { self.max_tiles } else { 0 };
-        let n_tiles_i = if self.direct {
-            1
-        } else if self.wgmma {
-            id.div_ceil(WG_TILE_N)
-        } else {
-            id.div_ceil(TILE_N)
-        };
-        if self.wgmma && !self.direct {
-            // K-major copies of the weights for the wgmma data-gradient GEMMs
-            if self.w2t.len() < e * hd * id {
-                self.w2t = zeros(self.gpu, e * hd * id)?;
-                self.w13t = zeros(self.gpu, e * 2 * id * hd)?;
-            }
-            let (w2, w2t, w13, w13t) = (self.ptr(&self.w2), self.ptr(&self.w2t), self.ptr(&self.w13), self.ptr(&self.w13t));
-            self.transpose("transpose_w2", w2, w2t, hd, id)?;
-            self.transpose("transpose_w13", w13, w13t, 2 * id, hd)?;
-        }
-        // dY's rows in expert order in the dX-rows buffer (free until dX), for dA_raw and grad_w2; then X's, for
-        // grad_w13
-        let gather_first = self.persistent && self.gather_first && self.rows > 0;
-        // with dy_rows_from_da, dA_raw gathers dY's rows and writes them into the dX-rows buffer as it goes
-        let dy_from_da = gather_first && self.direct && self.dy_rows_from_da;
-        let (dy_rows, dy_idx) = if gather_first && !dy_from_da {
-            let (dy, dst) = (self.ptr(&self.dy), self.ptr(&self.dx_rows));
-            self.gather_rows("gather_dy", dy, dst, hd)?;
-            (dst, 0)
-        } else {
-            (self.ptr(&self.dy), self.ptr(&self.row_token))
-        };
-        let mut p = self.base_params();
-        p.a = dy_rows;
-        p.a_idx = dy_idx;
-        if dy_from_da {
-            p.a_rows = self.ptr(&self.dx_rows);
-        }
-        p.lda = hd as i64;
-        if self.wgmma && !self.direct {
-            p.b = self.ptr(&self.w2t);
-            p.ldb = hd as i64;
-        } else {
-            p.b = self.ptr(&self.w2);
-            p.ldb = id as i64;
-        }
-        p.b_estride = (hd * id) as i64;
-        p.c = self.ptr(&self.dh);
-        p.c2 = self.ptr(&self.aw);
-        p.h = self.ptr(&self.h);
-        p.row_w = self.ptr(&self.row_w);
-        p.ds_part = self.ptr(&self.ds_part);
-        p.n_dim = id as i32;
-        p.k_dim = hd as i32;
-        if self.direct {
-            p.c = self.ptr(&self.da_raw);
-            p.ldc = id as i64;
-            self.gemm("wg_rows_bmn", "dA_raw", (id.div_ceil(WG_TILE_N), tiles, 1), p)?;
-            if self.rows > 0 {
-                let (rows_i, ii) = (self.rows as i32, id as i32);
-                let (alpha, limit) = (self.alpha, self.limit);
-                let cfg = LaunchConfig { grid_dim: (self.rows.div_ceil(8) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-                self.launch("swiglu_bwd_rows", |me| {
-                    // SAFETY: fc_swiglu_bwd_rows(const bf16*, const bf16*, const float*, bf16*, bf16*, float*, int,
-                    // int, float, float); da_raw rows x I, h and dh rows x 2I, aw rows x I, ds_part >= rows.
-                    unsafe {
-                        me.gpu.stream.launch_builder(me.k.f("fc_swiglu_bwd_rows"))
-                            .arg(&me.da_raw).arg(&me.h).arg(&me.row_w).arg(&me.dh).arg(&me.aw).arg(&me.ds_part)
-                            .arg(&rows_i).arg(&ii).arg(&alpha).arg(&limit)
-                            .launch(cfg)?
-                    };
-                    Ok(())
-                })?;
-            }
-        } else if self.wgmma {
-            self.gemm("wg_dgrad_swiglu", "dA+swiglu_bwd", (n_tiles_i, tiles, 1), p)?;
-        } else {
-            self.gemm("fg_dgrad_swiglu", "dA+swiglu_bwd", (n_tiles_i, tiles, 1), p)?;
-        }
-        if t * kk > 0 {
-            let slots = t * kk;
-            let (nt, sl) = (n_tiles_i as i32, slots as i32);
-            let cfg = LaunchConfig { grid_dim: (slots.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-            self.launch("slot_grad", |me| {
-                // SAFETY: fc_slot_grad(const float*, int, const int*, float*, int); ds_part is rows x n_tiles.
-                unsafe { me.gpu.stream.launch_builder(me.k.f("fc_slot_grad")).arg(&me.ds_part).arg(&nt).arg(&me.slot_row).arg(&me.grad_tw).arg(&sl).launch(cfg)? };
-                Ok(())
-            })?;
-        }
-        if gather_first {
-            // both weight gradients before dX, whose rows then overwrite the gathered copies: the buffer ends
-            // holding the dX rows, as without gathering first. dY's rows are in it either way (gather_dy's
-            // copy or dA_raw's stores).
-            let dy_rows = self.ptr(&self.dx_rows);
-            self.wgrad_w2(dy_rows, 0)?;
-            let x_rows = if self.x_rows_fresh {
-                self.ptr(&self.x_rows)
-            } else {
-                let (x, dst) = (self.ptr(&self.x), self.ptr(&self.dx_rows));
-                self.gather_rows("gather_x", x, dst, hd)?;
-                dst
-            };
-            self.wgrad_w13(x_rows, 0)?;
-        }
-        let mut p = self.base_params();
-        p.a = self.ptr(&self.dh);
-        p.lda = (2 * id) as i64;
-        p.b_estride = (2 * id * hd) as i64;
-        p.c = self.ptr(&self.dx_rows);
-        p.ldc = hd as i64;
-        p.n_dim = hd as i32;
-        p.k_dim = (2 * id) as i32;
-        if self.direct {
-            p.b = self.ptr(&self.w13);
-            p.ldb = hd as i64;
-            self.gemm("wg_rows_bmn", "dX_rows", (hd.div_ceil(WG_TILE_N), tiles, 1), p)?;
-        } else if self.wgmma {
-            p.b = self.ptr(&self.w13t);
-            p.ldb = (2 * id) as i64;
-            self.gemm("wg_rows", "dX_rows", (hd.div_ceil(WG_TILE_N), tiles, 1), p)?;
-        } else {
-            p.b = self.ptr(&self.w13);
-            p.ldb = hd as i64;
-            self.gemm("fg_rows_nn", "dX_rows", (hd.div_ceil(TILE_N), tiles, 1), p)?;
-        }
-        if t > 0 {
-            let (dx, sr, gx) = (self.ptr(&self.dx_rows), self.ptr(&self.slot_row), self.ptr(&self.grad_x));
-            self.combine("undispatch", dx, 0, sr, gx)?;
-        }
-        if !gather_first {
-            let (x, idx) = if self.x_rows_fresh { (self.ptr(&self.x_rows), 0) } else { (self.ptr(&self.x), self.ptr(&self.row_token)) };
-            self.wgrad_w13(x, idx)?;
-            self.wgrad_w2(dy_rows, dy_idx)?;
-        }
-        Ok(())
     }
 
     /// `dst[r] = src[row_token[r]]` for every row (`cols` bf16 each), token by token: each source row is read
@@ -962,85 +694,17 @@ impl<'g> FastLayer<'g> {
         })
     }
 
-    /// grad_w13[e] = dH_eᵀ · X_e over each expert's rows; X's rows from `x` (gathered by `x_idx` unless 0).
-    /// Weight gradients run for every expert, so experts without rows get exact zeros.
-    fn wgrad_w13(&mut self, x: u64, x_idx: u64) -> Result<(), GpuError> {
-        let FastDims { hidden: hd, inter: id, experts: e, .. } = self.dims;
-        let mut p = self.base_params();
-        p.a = self.ptr(&self.dh);
-        p.lda = (2 * id) as i64;
-        p.m_dim = (2 * id) as i32;
-        p.b = x;
-        p.b_idx = x_idx;
-        p.ldb = hd as i64;
-        p.n_dim = hd as i32;
-        p.c = self.ptr(&self.grad_w13);
-        p.ldc = hd as i64;
-        p.c_estride = (2 * id * hd) as i64;
-        self.gemm_wgrad("wgrad_w13", (hd.div_ceil(TILE_N), (2 * id).div_ceil(TILE_M), e), p)
-    }
-
-    /// grad_w2[e] = dY_eᵀ · A'_e; dY's rows from `dy` (gathered by `dy_idx` unless 0).
-    fn wgrad_w2(&mut self, dy: u64, dy_idx: u64) -> Result<(), GpuError> {
-        let FastDims { hidden: hd, inter: id, experts: e, .. } = self.dims;
-        let mut p = self.base_params();
-        p.a = dy;
-        p.a_idx = dy_idx;
-        p.lda = hd as i64;
-        p.m_dim = hd as i32;
-        p.b = self.ptr(&self.aw);
-        p.ldb = id as i64;
-        p.n_dim = id as i32;
-        p.c = self.ptr(&self.grad_w2);
-        p.ldc = id as i64;
-        p.c_estride = (hd * id) as i64;
-        self.gemm_wgrad("wgrad_w2", (id.div_ceil(TILE_N), hd.div_ceil(TILE_M), e), p)
-    }
-
-    /// `out[e] = in[e]ᵀ` for each expert's [rows, cols] matrix.
-    fn transpose(&mut self, label: &'static str, input: u64, out: u64, rows: usize, cols: usize) -> Result<(), GpuError> {
-        let e = self.dims.experts;
-        let cfg = LaunchConfig { grid_dim: (cols.div_ceil(64) as u32, rows.div_ceil(64) as u32, e as u32), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
-        let (r, c) = (rows as i32, cols as i32);
-        self.launch(label, |me| {
-            // SAFETY: fc_transpose(const bf16*, bf16*, int, int); both buffers hold E x rows x cols.
-            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_transpose")).arg(&input).arg(&out).arg(&r).arg(&c).launch(cfg)? };
-            Ok(())
-        })
-    }
-
-    fn gemm_wgrad(&mut self, label: &'static str, grid: (usize, usize, usize), mut p: GemmParams) -> Result<(), GpuError> {
-        let (kernel, cfg) = if self.wgrad_wgmma && self.persistent {
-            // the expert count travels in k_dim (the k ranges come from the offsets)
-            p.k_dim = grid.2 as i32;
-            ("ws_wgrad", self.persistent_config("ws_wgrad", (grid.0.div_ceil(2), grid.1, grid.2)))
-        } else {
-            let (kernel, grid, smem) = if self.wgrad_wgmma {
-                // 128 x 256 tiles instead of 128 x 128
-                ("wg_wgrad", (grid.0.div_ceil(2), grid.1, grid.2), source::WG_SMEM as u32)
-            } else {
-                ("fg_wgrad", grid, self.k.smem())
-            };
-            (kernel, LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem })
-        };
-        // the persistent kernel's tensor maps of the operands in row order ([rows][columns], boxes of 64 k lines
-        // x 64 columns); zeros for a gathered one
-        let rows = self.rows.max(1) as u64;
-        let map = |ptr: u64, idx: u64, cols: i32, ld: i64| if idx == 0 { tma_desc(ptr, &[cols as u64, rows], &[ld as u64], &[64, 64]) } else { Ok(TmaDesc::default()) };
-        let (ta, tb) = if kernel == "ws_wgrad" { (map(p.a, p.a_idx, p.m_dim, p.lda)?, map(p.b, p.b_idx, p.n_dim, p.ldb)?) } else { Default::default() };
-        // the output, [E][m_dim][n_dim] in boxes of 64 rows x 64 columns (the TMA-store epilogue)
-        let (m, n, e) = (p.m_dim as u64, p.n_dim as u64, self.dims.experts as u64);
-        let tc = if kernel == "ws_wgrad" { tma_desc(p.c, &[n, m, e], &[p.ldc as u64, p.c_estride as u64], &[64, 64, 1])? } else { TmaDesc::default() };
-        let td = TmaDesc::default();
-        self.launch(label, |me| {
-            if kernel == "ws_wgrad" {
-                // (p.k_dim = experts, and offsets has E + 1 entries)
-                return me.launch_persistent(kernel, cfg, &p, &[ta, tb, tc, td]);
-            }
-            // SAFETY: as in `gemm`; the plain kernels' grid.z = experts, and offsets has E + 1 entries.
-            unsafe { me.gpu.stream.launch_builder(me.k.f(kernel)).arg(&p).launch(cfg)? };
-            Ok(())
-        })
+    fn base_params(&self) -> GemmParams {
+        GemmParams {
+            tiles: self.ptr(&self.tiles),
+            tile_count: self.ptr(&self.tile_count),
+            offsets: self.ptr(&self.offsets),
+            tile_ctr: self.ptr(&self.tile_ctr),
+            inter: self.dims.inter as i32,
+            alpha: self.alpha,
+            clamp_limit: self.limit,
+            ..Default::default()
+        }
     }
 
     /// Wait for the GPU.
