@@ -11,9 +11,9 @@ ab() { # preset reps label setting
     echo "=== $1 [$4] rc $? $((SECONDS - s)) s"
     grep -E "^A/B|^B/A|gemm1|wgrad|dX_rows|dA|swiglu_bwd|gemm2|gather|^outputs|^oracle|rror" $OUT/ab-$3.log | cut -c1-150
 }
-# `gpu_fast_all` runs every gpu_fast test (REQUIRE_GPU=1) into $OUT/gpu_fast.log and prints a summary.
+# `gpu_fast_all` runs every gpu_fast test (REQUIRE_GPU=1; 118-184 s in sessions 21-23) into $OUT/gpu_fast.log and prints a summary.
 gpu_fast_all() {
-    REQUIRE_GPU=1 timeout 200 .gpu/bin/gpu_fast --test-threads=1 > $OUT/gpu_fast.log 2>&1
+    REQUIRE_GPU=1 timeout 260 .gpu/bin/gpu_fast --test-threads=1 > $OUT/gpu_fast.log 2>&1
     echo "== gpu_fast (all) rc $? at ${SECONDS}s"; grep -E "^test |test result|panicked" $OUT/gpu_fast.log | cut -c1-300 | head -8
 }
 # `sanitize_ws TOOL [TIMEOUT] [CASES] [OPTION...]` runs compute-sanitizer TOOL (with OPTIONs) on the ws engine's edge shapes (gpu_fast's
