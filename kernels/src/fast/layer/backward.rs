@@ -172,12 +172,8 @@ impl FastLayer<'_> {
 
     /// `c[e] = a_eᵀ · b_e` (m x n per expert, row-major) over each expert's rows, for every expert; each operand
     /// is (pointer, row index (0: rows in expert order), columns).
-    fn gemm_wgrad(&mut self, label: &'static str, (a, a_idx, m): (u64, u64, usize), (b, b_idx, n): (u64, u64, usize), c: u64) -> Result<(), GpuError> {
-        let mut p = self.base_params();
-        (p.a, p.a_idx, p.lda, p.m_dim) = (a, a_idx, m as i64, m as i32);
-        (p.b, p.b_idx, p.ldb, p.n_dim) = (b, b_idx, n as i64, n as i32);
-        (p.c, p.ldc, p.c_estride) = (c, n as i64, (m * n) as i64);
-        let grid = (n.div_ceil(TILE_N), m.div_ceil(TILE_M), self.dims.experts);
+    fn gemm_wgrad(&mut self, label: &'static str, a: WgradOperand, b: WgradOperand, c: u64) -> Result<(), GpuError> {
+        let (mut p, grid) = wgrad_params(self.base_params(), a, b, c, self.dims.experts);
         let (kernel, cfg) = if self.wgrad_wgmma && self.persistent {
             // the expert count travels in k_dim (the k ranges come from the offsets)
             p.k_dim = grid.2 as i32;
@@ -209,5 +205,39 @@ impl FastLayer<'_> {
             unsafe { me.gpu.stream.launch_builder(me.k.f(kernel)).arg(&p).launch(cfg)? };
             Ok(())
         })
+    }
+}
+
+/// A weight gradient's operand: (pointer, row index (0: rows in expert order), columns).
+type WgradOperand = (u64, u64, usize);
+
+/// The parameters and the 128 x 128-tile grid of `c[e] = a_eᵀ · b_e` (m x n per expert, row-major, both operands
+/// with their rows' columns contiguous) for `experts` experts.
+fn wgrad_params(mut p: GemmParams, (a, a_idx, m): WgradOperand, (b, b_idx, n): WgradOperand, c: u64, experts: usize) -> (GemmParams, (usize, usize, usize)) {
+    (p.a, p.a_idx, p.lda, p.m_dim) = (a, a_idx, m as i64, m as i32);
+    (p.b, p.b_idx, p.ldb, p.n_dim) = (b, b_idx, n as i64, n as i32);
+    (p.c, p.ldc, p.c_estride) = (c, n as i64, (m * n) as i64);
+    (p, (n.div_ceil(TILE_N), m.div_ceil(TILE_M), experts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weight_gradient_parameters_follow_the_operand_shapes() {
+        // grad_w13 of qwen3-30b-a3b (H 2048, I 768, E 128): dH [rows, 2I] in expert order, X gathered by index
+        let base = GemmParams { inter: 768, tiles: 7, ..Default::default() };
+        let (p, grid) = wgrad_params(base, (100, 0, 1536), (200, 300, 2048), 400, 128);
+        assert_eq!((p.a, p.a_idx, p.lda, p.m_dim), (100, 0, 1536, 1536));
+        assert_eq!((p.b, p.b_idx, p.ldb, p.n_dim), (200, 300, 2048, 2048));
+        assert_eq!((p.c, p.ldc, p.c_estride), (400, 2048, 1536 * 2048));
+        assert_eq!(grid, (16, 12, 128));
+        assert_eq!((p.inter, p.tiles, p.k_dim), (768, 7, 0)); // the base's fields are kept
+        // grad_w2 with ragged shapes: dY gathered [rows, 72], A' [rows, 40]
+        let (p, grid) = wgrad_params(GemmParams::default(), (1, 2, 72), (3, 0, 40), 5, 3);
+        assert_eq!((p.a_idx, p.lda, p.m_dim, p.b_idx, p.ldb, p.n_dim), (2, 72, 72, 0, 40, 40));
+        assert_eq!((p.ldc, p.c_estride), (40, 72 * 40));
+        assert_eq!(grid, (1, 1, 3));
     }
 }
