@@ -263,7 +263,7 @@ fn diagnose_reports_json_fields_and_writes_a_png() {
             let n: usize = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
             assert_eq!(n, h as usize * (1 + 3 * w as usize));
         }
-        _ => println!("SKIP: python3 not available to decode the PNG independently"),
+        _ => moe_kernels::skip_notice("python3 not available to decode the PNG independently"),
     }
 
     // A correct candidate: exit 0, first_bad_stage null.
@@ -282,7 +282,7 @@ fn diagnose_reports_json_fields_and_writes_a_png() {
 #[ignore]
 fn write_medium_case_for_timing() {
     let Ok(dir) = std::env::var("MOE_TIMING_DIR") else {
-        println!("SKIP: set MOE_TIMING_DIR");
+        moe_kernels::skip_notice("set MOE_TIMING_DIR");
         return;
     };
     let dir = Path::new(&dir);

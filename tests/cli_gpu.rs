@@ -66,7 +66,7 @@ fn run_on_cuda(dir: &std::path::Path, source: &[&str], compared: &[&str]) {
     let stderr = String::from_utf8_lossy(&res.stderr);
     if !gpu_present() {
         assert!(!moe_kernels::gpu_required(), "REQUIRE_GPU=1 but no GPU: {stderr}");
-        eprintln!("SKIP run {source:?} --device cuda: no GPU; checking the error path instead");
+        moe_kernels::skip_notice(&format!("run {source:?} --device cuda: no GPU; checking the error path instead"));
         assert_eq!(res.status.code(), Some(2), "{stderr}");
         assert_eq!(stderr.lines().filter(|l| l.starts_with("error:")).count(), 1, "{stderr}");
         assert!(stderr.contains("GPU"), "{stderr}");

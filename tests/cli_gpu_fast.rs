@@ -77,7 +77,7 @@ fn fast_candidate_passes_check(given_routing: bool, intermediates: bool, test: &
     let res = oracle(&args);
     if !gpu_present() {
         assert!(!moe_kernels::gpu_required(), "REQUIRE_GPU=1 but no GPU: {}", String::from_utf8_lossy(&res.stderr));
-        eprintln!("SKIP {test}: no GPU; checking the error path instead");
+        moe_kernels::skip_notice(&format!("{test}: no GPU; checking the error path instead"));
         assert_fails(&res, &out, "GPU");
         return;
     }

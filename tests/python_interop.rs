@@ -34,8 +34,7 @@ print(json.dumps(out))
 
 fn skip(why: &str) {
     assert!(std::env::var_os("REQUIRE_PYTHON").is_none(), "REQUIRE_PYTHON is set but: {why}");
-    println!("SKIP: python interop: {why}");
-    eprintln!("SKIP: python interop: {why}");
+    moe_kernels::skip_notice(&format!("python interop: {why}"));
 }
 
 fn python_has(modules: &str) -> Result<(), String> {

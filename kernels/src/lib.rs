@@ -24,12 +24,20 @@ pub fn gpu_required() -> bool {
     std::env::var("REQUIRE_GPU").is_ok_and(|v| v == "1")
 }
 
+/// Print a test's SKIP line where `cargo test` shows it: straight to the process's stderr. (The test harness
+/// captures `eprintln!` and `println!` and shows them only for failing tests, so a skip printed with them
+/// was invisible in a passing run, CI's included.)
+pub fn skip_notice(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIP {line}");
+}
+
 /// The GPU for a test, or `None` after printing a visible SKIP line; panics when `REQUIRE_GPU=1`.
 pub fn gpu_for_test(test: &str) -> Option<Gpu> {
     match Gpu::open(0) {
         Ok(g) => Some(g),
         Err(e) if !gpu_required() => {
-            eprintln!("SKIP {test}: no usable GPU ({e}); set REQUIRE_GPU=1 to make this a failure");
+            skip_notice(&format!("{test}: no usable GPU ({e}); set REQUIRE_GPU=1 to make this a failure"));
             None
         }
         Err(e) => panic!("REQUIRE_GPU=1 but no usable GPU: {e}"),

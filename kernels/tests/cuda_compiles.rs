@@ -57,7 +57,7 @@ fn fast_kernels_compile_for_sm90a_without_spills_or_serialised_wgmma() {
             Ok(t) => t,
             Err(why) if std::env::var("REQUIRE_NVRTC").as_deref() == Ok("1") => panic!("REQUIRE_NVRTC=1: {why}"),
             Err(why) => {
-                eprintln!("SKIP cuda_compiles: {why}");
+                moe_kernels::skip_notice(&format!("cuda_compiles: {why}"));
                 return;
             }
         };

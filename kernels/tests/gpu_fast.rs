@@ -229,7 +229,7 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
     let Some(gpu) = gpu_for_test("the_dynamic_tile_scheduler_changes_no_bits") else { return };
     let kern = kernels_for(&gpu);
     if !kern.wgmma {
-        eprintln!("SKIP the_dynamic_tile_scheduler_changes_no_bits: no persistent GEMMs on {}", kern.arch);
+        moe_kernels::skip_notice(&format!("the_dynamic_tile_scheduler_changes_no_bits: no persistent GEMMs on {}", kern.arch));
         return;
     }
     let ws = ENGINES.iter().find(|(n, _)| *n == "ws").expect("the ws engine").1;
