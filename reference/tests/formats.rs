@@ -15,7 +15,7 @@
 //!   thresholds, ties), `half` cross-checks, and spot checks against ml_dtypes through `python3` (skipped,
 //!   with a `SKIP` line, without python3 or ml_dtypes).
 
-mod common;
+mod skip;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -781,11 +781,11 @@ fn ml_dtypes_spot_checks() {
     use std::process::Command;
     match Command::new("python3").args(["-c", "import numpy, ml_dtypes"]).output() {
         Err(e) => {
-            common::skip_notice(&format!("ml_dtypes spot checks: python3 not runnable ({e})"));
+            skip::notice(&format!("ml_dtypes spot checks: python3 not runnable ({e})"));
             return;
         }
         Ok(o) if !o.status.success() => {
-            common::skip_notice("ml_dtypes spot checks: python3 cannot import numpy and ml_dtypes (pip install ml_dtypes)");
+            skip::notice("ml_dtypes spot checks: python3 cannot import numpy and ml_dtypes (pip install ml_dtypes)");
             return;
         }
         Ok(_) => {}

@@ -4,14 +4,14 @@
 
 use std::path::PathBuf;
 
-mod common;
+mod skip;
 #[path = "../../fuzz/fuzz_targets/quant_checks.rs"]
 mod quant_checks;
 
 fn replay(target: &str, check: fn(&[u8])) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus").join(target);
     let Ok(entries) = std::fs::read_dir(&dir) else {
-        common::skip_notice(&format!("{target}: no corpus at {}", dir.display()));
+        skip::notice(&format!("{target}: no corpus at {}", dir.display()));
         return;
     };
     let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect();

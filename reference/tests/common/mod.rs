@@ -5,14 +5,6 @@
 
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
-/// Print a test's SKIP line where `cargo test` shows it: straight to the process's stderr (the harness captures
-/// `println!`/`eprintln!` and shows them only for failing tests). The same as `moe_kernels::skip_notice`, which
-/// this crate cannot depend on.
-pub fn skip_notice(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "SKIP {line}");
-}
-
 use moe_reference::config::{Groups, Score};
 use moe_reference::exact;
 use moe_reference::layer::{self, Backward, Forward, LayerInputs, Options};
