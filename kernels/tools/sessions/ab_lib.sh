@@ -27,7 +27,7 @@ sanitize_ws() { # tool [timeout] [cases] [option...]
     local rc=$?
     echo "== $1 (ws engine, edge cases ${cases:-all}) rc $rc at ${SECONDS}s"; grep -E "SUMMARY|Race reported|case seed|test result" $OUT/cs-$1.log | head -8
     grep -m3 -E "^========= (Barrier|Uninitialized|Invalid|Error)" $OUT/cs-$1.log | cut -c1-200
-    [ $rc -eq 124 ] && echo "   $1 TIMED OUT: no verdict (the cases above finished; racecheck stalled on the padding skips' build in s22b)"
+    [ $rc -eq 124 ] && echo "   $1 TIMED OUT: no verdict (only the cases listed above finished)"
     return 0
 }
 # memcheck on every edge shape (150 s); racecheck on RACE_CASES (all 14 ran 102 s in session 20 and past 300 s
