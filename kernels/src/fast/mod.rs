@@ -23,6 +23,7 @@
 pub mod case;
 pub mod check;
 mod kernels;
+mod launch;
 mod layer;
 mod source;
 mod tma;
