@@ -46,29 +46,4 @@ mod tests {
         assert!(src.starts_with("#define FG_STAGES 3\n"));
         assert!(!src.contains("#include \"bf16.cuh\""), "the header is inlined, not included");
     }
-
-    /// Under PDL (fast_pdl.cu) a kernel that touched global memory before `pdl_wait()` would race with the
-    /// kernel before it: every entry point starts with `pdl_begin()`, except the persistent GEMMs, whose
-    /// body (`ws_gemm`) waits once its shared-memory barriers are set up, before its first global access.
-    #[test]
-    fn every_kernel_waits_for_the_previous_one_first() {
-        let src = translation_unit(3);
-        let mut kernels = 0;
-        for (i, _) in src.match_indices("extern \"C\" __global__") {
-            let head = &src[i..i + src[i..].find('{').expect("a kernel body")];
-            let first = src[i + head.len() + 1..].trim_start();
-            if head.contains(" ws_") && !head.contains(" ws_clk_dump(") {
-                assert!(first.starts_with("WS_BODY("), "{head}: a persistent GEMM's body is WS_BODY");
-            } else {
-                assert!(first.starts_with("pdl_begin();"), "{head} must start with pdl_begin()");
-            }
-            kernels += 1;
-        }
-        assert!(kernels >= GEMMS.len() + WG_GEMMS.len() + WS_GEMMS.len() + OTHERS.len(), "{kernels} kernels");
-        let ws = &src[src.find("void ws_gemm(").expect("ws_gemm")..];
-        let wait = ws.find("pdl_wait();").expect("ws_gemm waits for the previous kernel");
-        for global in ["ws_rows_count<EPI>(p)", "p.tile_ctr", "tma_load_2d("] {
-            assert!(wait < ws.find(global).expect(global), "ws_gemm must wait before {global}");
-        }
-    }
 }
