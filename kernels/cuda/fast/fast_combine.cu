@@ -31,7 +31,6 @@ __device__ __forceinline__ uint4 pack8(const float* f) {
 extern "C" __global__ void __launch_bounds__(1024) fc_combine(const bf16_t* __restrict__ rows, const float* __restrict__ weights,
                                       const int* __restrict__ slot_row, bf16_t* __restrict__ out, int tokens,
                                       int top_k, int hidden) {
-    pdl_begin();
     const int chunks = hidden >> 3;
     const long long n = (long long)tokens * chunks;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
@@ -74,7 +73,6 @@ extern "C" __global__ void __launch_bounds__(1024) fc_combine(const bf16_t* __re
 #define FC_SCATTER_UNROLL 4
 extern "C" __global__ void __launch_bounds__(1024) fc_scatter_rows(const bf16_t* __restrict__ src, const int* __restrict__ slot_row, bf16_t* __restrict__ dst, int tokens, int top_k,
                                            int cols) {
-    pdl_begin();
     const int chunks = cols >> 3;
     const long long n = (long long)tokens * chunks, stride = (long long)gridDim.x * blockDim.x;
     for (long long i0 = (long long)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += FC_SCATTER_UNROLL * stride) {
@@ -104,7 +102,6 @@ extern "C" __global__ void __launch_bounds__(1024) fc_scatter_rows(const bf16_t*
 // grad_w[slot] = Σ_tiles part[row, tile] in tile order (0 for -1 slots).
 extern "C" __global__ void fc_slot_grad(const float* __restrict__ part, int n_tiles, const int* __restrict__ slot_row,
                                         float* __restrict__ grad_w, int slots) {
-    pdl_begin();
     int s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= slots) return;
     int r = slot_row[s];
@@ -117,7 +114,6 @@ extern "C" __global__ void fc_slot_grad(const float* __restrict__ part, int n_ti
 // Benchmark data made on the device (large weights need no host generation or copy): bf16 values uniform in
 // [-scale, scale) from a counter hash (splitmix64) of (seed, index), so a run is reproducible.
 extern "C" __global__ void fc_fill_random(bf16_t* __restrict__ out, long long n, unsigned long long seed, float scale) {
-    pdl_begin();
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         unsigned long long z = seed + 0x9E3779B97F4A7C15ull * (unsigned long long)(i + 1);
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

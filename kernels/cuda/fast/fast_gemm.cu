@@ -443,22 +443,17 @@ __device__ __forceinline__ void fast_gemm(const FastGemmParams& p) {
 
 // Entry points (names the host loads).
 extern "C" __global__ void __launch_bounds__(FG_THREADS) fg_gemm1_swiglu(const FastGemmParams p) {
-    pdl_begin();
     fast_gemm<false, false, EPI_SWIGLU_FWD, false>(p);
 }
 extern "C" __global__ void __launch_bounds__(FG_THREADS) fg_rows_nt(const FastGemmParams p) {
-    pdl_begin();
     fast_gemm<false, false, EPI_STORE, false>(p);
 }
 extern "C" __global__ void __launch_bounds__(FG_THREADS) fg_rows_nn(const FastGemmParams p) {
-    pdl_begin();
     fast_gemm<false, true, EPI_STORE, false>(p);
 }
 extern "C" __global__ void __launch_bounds__(FG_THREADS) fg_dgrad_swiglu(const FastGemmParams p) {
-    pdl_begin();
     fast_gemm<false, true, EPI_SWIGLU_BWD, false>(p);
 }
 extern "C" __global__ void __launch_bounds__(FG_THREADS) fg_wgrad(const FastGemmParams p) {
-    pdl_begin();
     fast_gemm<true, true, EPI_STORE, true>(p);
 }

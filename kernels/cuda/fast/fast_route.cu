@@ -7,7 +7,6 @@
 #define FR_TILE_M 128
 
 extern "C" __global__ void fr_count(const int* __restrict__ ids, int slots, int experts, int* __restrict__ counts) {
-    pdl_begin();
     __shared__ int s_ids[FR_CHUNK];
     int c = blockIdx.x, first = c * FR_CHUNK;
     int n = min(FR_CHUNK, slots - first);
@@ -31,7 +30,6 @@ extern "C" __global__ void fr_count(const int* __restrict__ ids, int slots, int 
 extern "C" __global__ void fr_scan(int* __restrict__ counts, int chunks, int experts, int* __restrict__ offsets,
                                    int* __restrict__ tiles, int* __restrict__ tile_count, int* __restrict__ tiles2,
                                    int* __restrict__ tile_count2) {
-    pdl_begin();
     extern __shared__ int s_tot[];  // [3 * E]: totals, tile starts, padded tile starts; then [P][E] part totals
     int* s_part = s_tot + 3 * experts;
     const int parts = max(1, min((int)blockDim.x / max(experts, 1), chunks)), per = (chunks + parts - 1) / parts;
@@ -96,7 +94,6 @@ extern "C" __global__ void fr_fill(const int* __restrict__ ids, const float* __r
                                    int top_k, int experts, const int* __restrict__ chunk_base,
                                    const int* __restrict__ offsets, int* __restrict__ row_token,
                                    int* __restrict__ row_slot, float* __restrict__ row_w, int* __restrict__ slot_row) {
-    pdl_begin();
     __shared__ int s_ids[FR_CHUNK];
     int c = blockIdx.x, first = c * FR_CHUNK;
     int n = min(FR_CHUNK, slots - first);

@@ -399,12 +399,12 @@ __device__ __forceinline__ void wg_wgrad_body(const FastGemmParams& p) {
 #define WG_WGRAD_BODY __trap();
 #endif
 
-extern "C" __global__ void __launch_bounds__(256, 1) wg_gemm1_swiglu(const FastGemmParams p) { pdl_begin(); WG_BODY(EPI_SWIGLU_FWD) }
-extern "C" __global__ void __launch_bounds__(256, 1) wg_rows(const FastGemmParams p) { pdl_begin(); WG_BODY(EPI_STORE) }
-extern "C" __global__ void __launch_bounds__(256, 1) wg_dgrad_swiglu(const FastGemmParams p) { pdl_begin(); WG_BODY(EPI_SWIGLU_BWD) }
-extern "C" __global__ void __launch_bounds__(256, 1) wg_wgrad(const FastGemmParams p) { pdl_begin(); WG_WGRAD_BODY }
+extern "C" __global__ void __launch_bounds__(256, 1) wg_gemm1_swiglu(const FastGemmParams p) { WG_BODY(EPI_SWIGLU_FWD) }
+extern "C" __global__ void __launch_bounds__(256, 1) wg_rows(const FastGemmParams p) { WG_BODY(EPI_STORE) }
+extern "C" __global__ void __launch_bounds__(256, 1) wg_dgrad_swiglu(const FastGemmParams p) { WG_BODY(EPI_SWIGLU_BWD) }
+extern "C" __global__ void __launch_bounds__(256, 1) wg_wgrad(const FastGemmParams p) { WG_WGRAD_BODY }
 // weights read as stored (N-contiguous B): dX rows and dA_raw (bf16, for fc_swiglu_bwd_rows; f32 until session 17)
-extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn(const FastGemmParams p) { pdl_begin(); WG_BODY_BMN(EPI_STORE) }
+extern "C" __global__ void __launch_bounds__(256, 1) wg_rows_bmn(const FastGemmParams p) { WG_BODY_BMN(EPI_STORE) }
 
 // SwiGLU backward on whole rows, one warp per row, from dA_raw = dY[token]·W2 (unweighted, stored in bf16 as
 // PyTorch stores dA and as the oracle's bf16 recipe keeps it: session 17 halved its bytes): dA = w·dA_raw,
@@ -415,7 +415,6 @@ extern "C" __global__ void fc_swiglu_bwd_rows(const bf16_t* __restrict__ da_raw,
                                               const float* __restrict__ row_w, bf16_t* __restrict__ dh,
                                               bf16_t* __restrict__ aw, float* __restrict__ ds_row, int rows,
                                               int inter, float alpha, float clamp_limit) {
-    pdl_begin();
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (r >= rows) return;
     float w = row_w[r];
@@ -458,7 +457,6 @@ extern "C" __global__ void fc_swiglu_bwd_rows(const bf16_t* __restrict__ da_raw,
 // out[e][c][r] = in[e][r][c] for a batch of [rows][cols] bf16 matrices (rows, cols even), through a 64 x 64
 // tile in shared memory: each thread reads and writes bf16 pairs, so a warp moves 128 contiguous bytes.
 extern "C" __global__ void fc_transpose(const bf16_t* __restrict__ in, bf16_t* __restrict__ out, int rows, int cols) {
-    pdl_begin();
     __shared__ bf16_t tile[64][66];
     long long base = (long long)blockIdx.z * rows * cols;
     int c0 = blockIdx.x * 64, r0 = blockIdx.y * 64;

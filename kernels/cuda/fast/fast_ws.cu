@@ -35,7 +35,6 @@
 __device__ long long ws_clk[4][10];
 __device__ long long ws_span[1024][3];
 extern "C" __global__ void ws_clk_dump() {
-    pdl_begin();
 #ifdef WS_EXP_CLOCKS
     for (int i = 0; i < 4; ++i) {
         long long* r = ws_clk[i];
@@ -789,9 +788,6 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    // (PDL, fast_pdl.cu) the barriers above are this block's own; every global access, the tile count and the
-    // tile counter included, comes after the previous kernel
-    pdl_wait();
 #if WS_CLUSTER > 1
     cluster_sync();  // the partner's barriers are initialised before anything arrives on them
     const int rank = (int)cluster_rank();
@@ -911,8 +907,6 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 }
             }
         }
-        // (PDL) no tile left to claim: the next kernel may launch, its blocks taking the SMs this grid leaves
-        pdl_trigger();
         cp_async_commit();  // every copy of this thread into a group, then all landed before it exits
         cp_async_wait<0>();
 #if WS_DYNAMIC

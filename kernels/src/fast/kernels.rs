@@ -4,10 +4,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUfunction_attribute_enum};
-use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaModule};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
-use super::launch::with_config;
 use super::source;
 use crate::{Gpu, GpuError};
 
@@ -30,13 +29,11 @@ pub struct KernelSettings {
     pub dynamic: Option<String>,
     /// MOE_FAST_LINEINFO (set): source lines in the SASS, for profilers; changes nothing else.
     pub lineinfo: bool,
-    /// MOE_FAST_PDL=1: launch the layer's kernels with programmatic dependent launch (sm_90+; fast_pdl.cu).
-    pub pdl: bool,
 }
 
 impl KernelSettings {
     /// The environment variables of the fields, which `with` takes.
-    pub const VARIABLES: [&'static str; 6] = ["MOE_FAST_DEFINES", "MOE_FAST_CLUSTERED", "MOE_FAST_CLUSTERS", "MOE_FAST_DYNAMIC", "MOE_FAST_LINEINFO", "MOE_FAST_PDL"];
+    pub const VARIABLES: [&'static str; 5] = ["MOE_FAST_DEFINES", "MOE_FAST_CLUSTERED", "MOE_FAST_CLUSTERS", "MOE_FAST_DYNAMIC", "MOE_FAST_LINEINFO"];
 
     pub fn from_env() -> KernelSettings {
         KernelSettings {
@@ -45,7 +42,6 @@ impl KernelSettings {
             clusters: std::env::var("MOE_FAST_CLUSTERS").ok().and_then(|v| v.parse().ok()),
             dynamic: std::env::var("MOE_FAST_DYNAMIC").ok(),
             lineinfo: std::env::var_os("MOE_FAST_LINEINFO").is_some(),
-            pdl: std::env::var("MOE_FAST_PDL").is_ok_and(|v| v == "1"),
         }
     }
 
@@ -59,13 +55,6 @@ impl KernelSettings {
                 "MOE_FAST_CLUSTERS" => s.clusters = Some(value.parse().map_err(|_| GpuError::Input(format!("MOE_FAST_CLUSTERS={value:?} is not a count")))?),
                 "MOE_FAST_DYNAMIC" => s.dynamic = Some(value.clone()),
                 "MOE_FAST_LINEINFO" => s.lineinfo = true,
-                "MOE_FAST_PDL" => {
-                    s.pdl = match value.as_str() {
-                        "1" => true,
-                        "0" => false,
-                        _ => return Err(GpuError::Input(format!("MOE_FAST_PDL={value:?}: 1 (on) or 0 (off)"))),
-                    }
-                }
                 _ => return Err(GpuError::Input(format!("{name} is not a kernel setting ({})", Self::VARIABLES.join(", ")))),
             }
         }
@@ -85,8 +74,6 @@ pub struct FastKernels {
     pub wgmma: bool,
     /// Streaming multiprocessors of the GPU (the persistent GEMMs' grid).
     pub sms: usize,
-    /// Programmatic dependent launch of the layer's kernels (MOE_FAST_PDL=1, sm_90 and newer).
-    pub pdl: bool,
     /// Experiment `WS_EXP_CLOCKS` compiled in (MOE_FAST_DEFINES): print the persistent GEMMs' cycle counts.
     pub clocks: bool,
     /// Blocks per cluster of each persistent GEMM (`WS_CLUSTER` in fast_ws.cu: 1, or 2 with the B tile
@@ -205,16 +192,14 @@ impl FastKernels {
         }
         let mut modules = vec![module];
         modules.extend(module_c2);
-        let pdl = settings.pdl && major >= 9;
-        Ok(FastKernels { _modules: modules, functions, stages, arch, wgmma, sms, pdl, clocks, clusters, max_clusters, dynamic, no_multicast })
+        Ok(FastKernels { _modules: modules, functions, stages, arch, wgmma, sms, clocks, clusters, max_clusters, dynamic, no_multicast })
     }
 
     /// How many clusters of `cluster` persistent blocks (WS_THREADS threads, WS_SMEM bytes) fit at once.
     fn max_active_clusters(f: &CudaFunction, cluster: usize, gpu: &Gpu) -> Result<usize, GpuError> {
         let mut n: std::ffi::c_int = 0;
         // SAFETY: the configuration outlives the call; f is a loaded kernel of this context.
-        let cfg = LaunchConfig { grid_dim: (cluster as u32, 1, 1), block_dim: (source::WS_THREADS, 1, 1), shared_mem_bytes: source::WS_SMEM as u32 };
-        with_config(cfg, cluster as u32, false, gpu.stream.cu_stream(), |config| unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f.cu_function(), config) }.result())?;
+        with_cluster_config(cluster, cluster as u32, gpu.stream.cu_stream(), |config| unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f.cu_function(), config) }.result())?;
         if n < 1 {
             return Err(GpuError::Input(format!("no cluster of {cluster} persistent blocks fits on this GPU (WS_CLUSTER)")));
         }
@@ -251,6 +236,29 @@ impl FastKernels {
     pub(super) fn smem(&self) -> u32 {
         (2 * self.stages * TILE_BYTES) as u32
     }
+}
+
+/// The driver's launch configuration of `grid_x` persistent GEMM blocks (WS_THREADS threads, WS_SMEM bytes of
+/// dynamic shared memory each) in clusters of `cluster` on `stream`, handed to `f`: cudarc's launch builder has
+/// no cluster attribute, and the configuration points at the attribute, which lives only during the call.
+pub(super) fn with_cluster_config<R>(cluster: usize, grid_x: u32, stream: sys::CUstream, f: impl FnOnce(&sys::CUlaunchConfig) -> R) -> R {
+    // SAFETY: CUlaunchAttribute is a plain C struct (an id and a union of plain values); all zeros is valid.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster as u32, y: 1, z: 1 };
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid_x,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: source::WS_THREADS,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: source::WS_SMEM as u32,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    f(&config)
 }
 
 /// The persistent GEMMs launched in clusters of two (B multicast): all of them when the defines have
@@ -316,12 +324,9 @@ mod tests {
     fn settings_take_assignments_by_variable_name() {
         let base = KernelSettings { defines: "WS_EXP_CLOCKS".into(), ..Default::default() };
         let b = base.with(&[("MOE_FAST_DEFINES".into(), "WS_CLUSTER=2 WS_EXP_CLOCKS".into()), ("MOE_FAST_CLUSTERED".into(), "ws_wgrad".into())]).unwrap();
-        assert_eq!(b, KernelSettings { defines: "WS_CLUSTER=2 WS_EXP_CLOCKS".into(), clustered: Some("ws_wgrad".into()), clusters: None, dynamic: None, lineinfo: false, pdl: false });
+        assert_eq!(b, KernelSettings { defines: "WS_CLUSTER=2 WS_EXP_CLOCKS".into(), clustered: Some("ws_wgrad".into()), clusters: None, dynamic: None, lineinfo: false });
         assert_eq!(base.with(&[]).unwrap(), base);
         assert!(base.with(&[("MOE_FAST_CLUSTERS".into(), "x".into())]).unwrap_err().to_string().contains("not a count"));
         assert!(base.with(&[("MOE_FAST_GATHER".into(), "0".into())]).unwrap_err().to_string().contains("not a kernel setting"));
-        assert!(base.with(&[("MOE_FAST_PDL".into(), "1".into())]).unwrap().pdl);
-        assert!(!base.with(&[("MOE_FAST_PDL".into(), "1".into()), ("MOE_FAST_PDL".into(), "0".into())]).unwrap().pdl);
-        assert!(base.with(&[("MOE_FAST_PDL".into(), "yes".into())]).unwrap_err().to_string().contains("MOE_FAST_PDL=\"yes\": 1 (on) or 0 (off)"));
     }
 }

@@ -23,7 +23,6 @@
 pub mod case;
 pub mod check;
 mod kernels;
-mod launch;
 mod layer;
 mod source;
 mod tma;

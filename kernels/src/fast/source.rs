@@ -1,7 +1,6 @@
 //! The fast kernels' sources, assembled into one NVRTC translation unit (NVRTC gets no include paths here).
 
 const FILES: &[(&str, &str)] = &[
-    ("fast/fast_pdl.cu", include_str!("../../cuda/fast/fast_pdl.cu")),
     ("fast/fast_route.cu", include_str!("../../cuda/fast/fast_route.cu")),
     ("fast/fast_gemm.cu", include_str!("../../cuda/fast/fast_gemm.cu")),
     ("fast/fast_wgmma.cu", include_str!("../../cuda/fast/fast_wgmma.cu")),

@@ -72,7 +72,7 @@ impl FastLayer<'_> {
                     // SAFETY: fc_swiglu_bwd_rows(const bf16*, const bf16*, const float*, bf16*, bf16*, float*, int,
                     // int, float, float); da_raw rows x I, h and dh rows x 2I, aw rows x I, ds_part >= rows.
                     unsafe {
-                        me.kl("fc_swiglu_bwd_rows")
+                        me.gpu.stream.launch_builder(me.k.f("fc_swiglu_bwd_rows"))
                             .arg(&me.da_raw).arg(&me.h).arg(&me.row_w).arg(&me.dh).arg(&me.aw).arg(&me.ds_part)
                             .arg(&rows_i).arg(&ii).arg(&alpha).arg(&limit)
                             .launch(cfg)?
@@ -91,7 +91,7 @@ impl FastLayer<'_> {
             let cfg = LaunchConfig { grid_dim: (slots.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             self.launch("slot_grad", |me| {
                 // SAFETY: fc_slot_grad(const float*, int, const int*, float*, int); ds_part is rows x n_tiles.
-                unsafe { me.kl("fc_slot_grad").arg(&me.ds_part).arg(&nt).arg(&me.slot_row).arg(&me.grad_tw).arg(&sl).launch(cfg)? };
+                unsafe { me.gpu.stream.launch_builder(me.k.f("fc_slot_grad")).arg(&me.ds_part).arg(&nt).arg(&me.slot_row).arg(&me.grad_tw).arg(&sl).launch(cfg)? };
                 Ok(())
             })?;
         }
@@ -165,7 +165,7 @@ impl FastLayer<'_> {
         let (r, c) = (rows as i32, cols as i32);
         self.launch(label, |me| {
             // SAFETY: fc_transpose(const bf16*, bf16*, int, int); both buffers hold E x rows x cols.
-            unsafe { me.kl("fc_transpose").arg(&input).arg(&out).arg(&r).arg(&c).launch(cfg)? };
+            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_transpose")).arg(&input).arg(&out).arg(&r).arg(&c).launch(cfg)? };
             Ok(())
         })
     }
@@ -202,7 +202,7 @@ impl FastLayer<'_> {
                 return me.launch_persistent(kernel, cfg, &p, &[ta, tb, tc, td]);
             }
             // SAFETY: as in `gemm`; the plain kernels' grid.z = experts, and offsets has E + 1 entries.
-            unsafe { me.kl(kernel).arg_ref(&p).launch(cfg)? };
+            unsafe { me.gpu.stream.launch_builder(me.k.f(kernel)).arg(&p).launch(cfg)? };
             Ok(())
         })
     }

@@ -18,19 +18,19 @@ impl FastLayer<'_> {
             // tiles 3*max_tiles (a bound on the tiles fr_scan writes), tiles2 3*(max_tiles + E) (one pad per
             // expert at most), the row arrays `rows` entries.
             self.launch("route_count", |me| {
-                unsafe { me.kl("fr_count").arg(&me.ids).arg(&slots_i).arg(&e_i).arg(&me.counts).launch(grid)? };
+                unsafe { me.gpu.stream.launch_builder(me.k.f("fr_count")).arg(&me.ids).arg(&slots_i).arg(&e_i).arg(&me.counts).launch(grid)? };
                 Ok(())
             })?;
             self.launch("route_scan", |me| {
                 unsafe {
-                    me.kl("fr_scan").arg(&me.counts).arg(&chunks_i).arg(&e_i).arg(&me.offsets).arg(&me.tiles).arg(&me.tile_count)
+                    me.gpu.stream.launch_builder(me.k.f("fr_scan")).arg(&me.counts).arg(&chunks_i).arg(&e_i).arg(&me.offsets).arg(&me.tiles).arg(&me.tile_count)
                         .arg(&me.tiles2).arg(&me.tile_count2).launch(one)?
                 };
                 Ok(())
             })?;
             self.launch("route_fill", |me| {
                 unsafe {
-                    me.kl("fr_fill")
+                    me.gpu.stream.launch_builder(me.k.f("fr_fill"))
                         .arg(&me.ids).arg(&me.weights).arg(&slots_i).arg(&k_i).arg(&e_i).arg(&me.counts).arg(&me.offsets)
                         .arg(&me.row_token).arg(&me.row_slot).arg(&me.row_w).arg(&me.slot_row)
                         .launch(grid)?

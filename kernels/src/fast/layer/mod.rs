@@ -9,7 +9,7 @@ use moe_reference::config::Activation;
 use super::source;
 use super::tma::{tma_desc, TmaDesc};
 use super::trace::FastTrace;
-use super::launch::Launch;
+use super::kernels::with_cluster_config;
 use super::FastKernels;
 use crate::{Gpu, GpuError};
 
@@ -548,11 +548,6 @@ impl<'g> FastLayer<'g> {
         s.device_ptr(&self.gpu.stream).0
     }
 
-    /// A launch of kernel `name` on the layer's stream (with PDL when MOE_FAST_PDL=1).
-    fn kl(&self, name: &str) -> Launch<'_> {
-        Launch::new(&self.gpu.stream, self.k.f(name), self.k.pdl)
-    }
-
     fn launch<F>(&mut self, name: &'static str, f: F) -> Result<(), GpuError>
     where
         F: FnOnce(&Self) -> Result<(), GpuError>,
@@ -591,7 +586,7 @@ impl<'g> FastLayer<'g> {
         self.launch(label, |me| {
             // SAFETY: every pointer in `p` is a live buffer of this layer sized from the same dims as the
             // indices the kernel forms (see the field comments in fast_gemm.cu); one stream orders the launches.
-            unsafe { me.kl(name).arg_ref(&p).launch(cfg)? };
+            unsafe { me.gpu.stream.launch_builder(me.k.f(name)).arg(&p).launch(cfg)? };
             Ok(())
         })
     }
@@ -619,15 +614,25 @@ impl<'g> FastLayer<'g> {
     /// `FastKernels::cluster(ws)` blocks, and print its cycle counts when WS_EXP_CLOCKS is compiled in.
     fn launch_persistent(&self, ws: &str, cfg: LaunchConfig, p: &GemmParams, maps: &[TmaDesc; 4]) -> Result<(), GpuError> {
         let [ta, tb, tc, td] = maps;
-        // SAFETY: every pointer in `p` is a live buffer of this layer sized from the same dims as the indices
-        // the kernel forms (the field comments in fast_gemm.cu); the tensor maps describe live buffers of this
-        // layer (tensor_maps); one stream orders the launches; with clusters, the grid is a multiple of the
-        // cluster size (persistent_config).
-        unsafe { self.kl(ws).arg_ref(p).arg_ref(ta).arg_ref(tb).arg_ref(tc).arg_ref(td).cluster(self.k.cluster(ws)).launch(cfg)? };
+        if self.k.cluster(ws) == 1 {
+            // SAFETY: every pointer in `p` is a live buffer of this layer sized from the same dims as the indices
+            // the kernel forms (the field comments in fast_gemm.cu); the tensor maps describe live buffers of
+            // this layer (tensor_maps); one stream orders the launches.
+            unsafe { self.gpu.stream.launch_builder(self.k.f(ws)).arg(p).arg(ta).arg(tb).arg(tc).arg(td).launch(cfg)? };
+        } else {
+            let mut args: [*mut std::ffi::c_void; 5] =
+                [p as *const GemmParams as *mut _, ta as *const TmaDesc as *mut _, tb as *const TmaDesc as *mut _, tc as *const TmaDesc as *mut _, td as *const TmaDesc as *mut _];
+            // SAFETY: as above (the same arguments, by pointer, in the kernel's parameter order); the grid is a
+            // multiple of the cluster size (persistent_config), and the configuration and args outlive the call.
+            with_cluster_config(self.k.cluster(ws), cfg.grid_dim.0, self.gpu.stream.cu_stream(), |config| unsafe {
+                cudarc::driver::sys::cuLaunchKernelEx(config, self.k.f(ws).cu_function(), args.as_mut_ptr(), std::ptr::null_mut())
+            })
+            .result()?;
+        }
         if self.k.clocks {
             let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
             // SAFETY: ws_clk_dump() takes no arguments.
-            unsafe { self.kl("ws_clk_dump").launch(one)? };
+            unsafe { self.gpu.stream.launch_builder(self.k.f("ws_clk_dump")).launch(one)? };
         }
         Ok(())
     }
@@ -669,7 +674,7 @@ impl<'g> FastLayer<'g> {
         self.launch(name, |me| {
             // SAFETY: fc_combine(const bf16*, const float*, const int*, bf16*, int, int, int); rows has
             // `rows` x H, slot_row T x k entries (or -1), out T x H.
-            unsafe { me.kl("fc_combine").arg(&rows).arg(&weights).arg(&slot_row).arg(&out).arg(&ti).arg(&ki).arg(&hi).launch(cfg)? };
+            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_combine")).arg(&rows).arg(&weights).arg(&slot_row).arg(&out).arg(&ti).arg(&ki).arg(&hi).launch(cfg)? };
             Ok(())
         })
     }
@@ -684,7 +689,7 @@ impl<'g> FastLayer<'g> {
         self.launch(label, |me| {
             // SAFETY: fc_scatter_rows(const bf16*, const int*, bf16*, int, int, int); src is T x cols, slot_row
             // T x k entries, each -1 or a row < rows, and dst rows x cols.
-            unsafe { me.kl("fc_scatter_rows").arg(&src).arg(&me.slot_row).arg(&dst).arg(&ti).arg(&ki).arg(&c).launch(cfg)? };
+            unsafe { me.gpu.stream.launch_builder(me.k.f("fc_scatter_rows")).arg(&src).arg(&me.slot_row).arg(&dst).arg(&ti).arg(&ki).arg(&c).launch(cfg)? };
             Ok(())
         })
     }
