@@ -263,6 +263,10 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
             None => println!("  {name:<18} {m:8.3} ms"),
         }
     }
+    // (sessions 23-24: these medians summed to 1-19% more than the unprofiled pass, by machine and preset, so
+    // they split a pass only roughly; printed so that no reader has to add them up)
+    let sum: f32 = per.iter().map(|&(_, m)| m).sum();
+    println!("  (sum of the per-kernel medians {sum:.3} ms, the unprofiled forward+backward {both:.3} ms: {:+.1}%)", 100.0 * (sum - both) / both);
     println!("kept for backward: {:.0} bytes per token (H rows in bf16 + routing metadata; X and dY are the caller's)", layer.bytes_kept_per_token());
     println!(
         "selective recomputation (keep only X + routing, {:.0} bytes per token; H recomputed before backward): forward+backward {recompute:.3} ms, +{:.3} ms ({:+.1}%)",

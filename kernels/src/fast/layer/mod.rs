@@ -233,6 +233,10 @@ pub struct FastLayer<'g> {
     /// dA_raw = dY[token]·W2 (unweighted), bf16: the direct backward's input to fc_swiglu_bwd_rows
     da_raw: CudaSlice<u16>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
+    /// MOE_FAST_TRACE_LAUNCHES=1: each launch's label on stderr before it is submitted, so that a run that
+    /// hangs (with CUDA_LAUNCH_BLOCKING=1, or under compute-sanitizer, which serialises launches) names the
+    /// kernel it waits on in its last line
+    trace_launches: bool,
 }
 
 fn i32_of(n: usize, what: &str) -> Result<i32, GpuError> {
@@ -342,6 +346,7 @@ impl<'g> FastLayer<'g> {
             tile_order: None,
             da_raw: z16(if k.wgmma { rows * id } else { 1 })?,
             profile: None,
+            trace_launches: std::env::var("MOE_FAST_TRACE_LAUNCHES").is_ok_and(|v| v == "1"),
         })
     }
 
@@ -552,6 +557,9 @@ impl<'g> FastLayer<'g> {
     where
         F: FnOnce(&Self) -> Result<(), GpuError>,
     {
+        if self.trace_launches {
+            eprintln!("fast layer: launch {name}");
+        }
         let timing = self.profile.is_some();
         let start = if timing { Some(self.gpu.stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?) } else { None };
         f(self)?;
