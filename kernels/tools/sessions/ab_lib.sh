@@ -41,6 +41,27 @@ layer_tests() { # bindir until
         echo "== $1/$t rc $? at ${SECONDS}s"; grep -E "test result|panicked" $OUT/$t.log | head -3
     done
 }
+# `gpu_watch LABEL` starts logging the GPU's SM clock, temperature, power and throttle reasons every 100 ms into
+# $OUT/smi-LABEL.csv; `gpu_watch_stop` ends it and prints the SM clock's and power's spread. Why: the same build
+# measured 1.76x and 1.92x on two H100s (sessions 23-24), and the profiled per-kernel times ran up to 19% over
+# the unprofiled pass: whether clocks differ between the phases of a bench run (ours, then torch's) is unknown.
+gpu_watch() {
+    GPU_WATCH_FILE=$OUT/smi-$1.csv
+    nvidia-smi --query-gpu=timestamp,clocks.sm,temperature.gpu,power.draw,clocks_event_reasons.active --format=csv,noheader,nounits -lms 100 > $GPU_WATCH_FILE 2>&1 &
+    GPU_WATCH_PID=$!
+}
+gpu_watch_stop() {
+    kill $GPU_WATCH_PID 2>/dev/null; wait $GPU_WATCH_PID 2>/dev/null
+    python3 - "$GPU_WATCH_FILE" <<'PY'
+import sys, statistics as st
+rows = [l.split(", ") for l in open(sys.argv[1]) if l.count(",") >= 4]
+busy = [r for r in rows if r[3].replace(".", "", 1).isdigit() and float(r[3]) > 200]
+if not busy: print("   gpu_watch: no busy samples"); sys.exit()
+clk, temp, pw = ([float(r[i]) for r in busy] for i in (1, 2, 3))
+q = lambda v: f"{min(v):.0f}/{st.median(v):.0f}/{max(v):.0f}"
+print(f"   gpu_watch {sys.argv[1].split('/')[-1]}: {len(busy)} busy samples (>200 W) of {len(rows)}; SM MHz min/median/max {q(clk)}, temp C {q(temp)}, W {q(pw)}")
+PY
+}
 # `baselines UNTIL LABEL` runs both presets against the PyTorch baseline (main's build, the environment's
 # settings: prefix variables to the call to set them) into $OUT/bench-PRESET.log, each only if the script has
 # run at most UNTIL seconds, and prints the summary.
