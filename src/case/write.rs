@@ -131,19 +131,24 @@ fn round_significand(v: f64, mant: u32) -> f64 {
     f64::from_bits(r)
 }
 
+/// f64 rounded (ties to even) to a binary format with `mant` stored significand bits whose smallest normal
+/// is 2^`emin`, with gradual underflow: below it, to multiples of the smallest subnormal 2^(emin - mant).
+/// The exponent is unbounded above (the callers map overflow to infinity); NaN stays NaN.
+fn round_to_format(v: f64, emin: i32, mant: u32) -> f64 {
+    if v.abs() < f64::powi(2.0, emin) {
+        let q = f64::powi(2.0, emin - mant as i32);
+        (v / q).round_ties_even() * q
+    } else {
+        round_significand(v, mant)
+    }
+}
+
 /// f64 to bf16, correctly rounded (ties to even), overflow to infinity, gradual underflow.
 pub fn to_bf16(v: f64) -> bf16 {
     if v.is_nan() {
         return bf16::NAN;
     }
-    let min_normal = f64::powi(2.0, -126);
-    let r = if v.abs() < min_normal {
-        // Subnormal range: multiples of 2^-133.
-        let q = f64::powi(2.0, -133);
-        (v / q).round_ties_even() * q
-    } else {
-        round_significand(v, 7)
-    };
+    let r = round_to_format(v, -126, 7);
     // `r` is representable in bf16 (or beyond its range, where f32 and then bf16 give infinity).
     bf16::from_f32(r as f32)
 }
@@ -153,13 +158,7 @@ pub fn to_f16(v: f64) -> f16 {
     if v.is_nan() {
         return f16::NAN;
     }
-    let min_normal = f64::powi(2.0, -14);
-    let r = if v.abs() < min_normal {
-        let q = f64::powi(2.0, -24);
-        (v / q).round_ties_even() * q
-    } else {
-        round_significand(v, 10)
-    };
+    let r = round_to_format(v, -14, 10);
     if r.abs() > 65504.0 {
         return if r > 0.0 { f16::INFINITY } else { f16::NEG_INFINITY };
     }
@@ -371,4 +370,40 @@ pub fn write_case_with_metadata(
 /// The `moe.config` JSON of a config.
 pub fn config_json(cfg: &MoeConfig) -> String {
     serde_json::to_string(cfg).expect("MoeConfig serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Expected values from the formats' definitions (bf16: 7 stored bits, smallest normal 2^-126, smallest
+    // subnormal 2^-133; f16: 10 bits, 2^-14, 2^-24, largest finite 65504), not from the code under test.
+    #[test]
+    fn bf16_rounds_to_nearest_even_with_gradual_underflow() {
+        let p = |e: i32| f64::powi(2.0, e);
+        assert_eq!(to_bf16(1.0 + p(-8)).to_f64(), 1.0, "a tie goes to the even neighbour");
+        assert_eq!(to_bf16(1.0 + p(-8) + p(-40)).to_f64(), 1.0 + p(-7), "past the tie, up");
+        assert_eq!(to_bf16(1.0 + 3.0 * p(-8)).to_f64(), 1.0 + p(-6), "a tie from an odd neighbour goes up");
+        assert_eq!(to_bf16(p(-133)).to_f64(), p(-133), "the smallest subnormal");
+        assert_eq!(to_bf16(p(-134)).to_f64(), 0.0, "half of it ties to zero");
+        assert_eq!(to_bf16(3.0 * p(-134)).to_f64(), p(-132), "1.5 subnormal quanta tie up to 2");
+        assert_eq!(to_bf16(-(p(-126) - p(-134))).to_f64(), -p(-126), "rounds up into the normals");
+        assert!(to_bf16(p(128)).to_f64().is_infinite());
+        assert!(to_bf16(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn f16_rounds_to_nearest_even_with_gradual_underflow_and_overflow() {
+        let p = |e: i32| f64::powi(2.0, e);
+        assert_eq!(to_f16(1.0 + p(-11)).to_f64(), 1.0);
+        assert_eq!(to_f16(1.0 + p(-11) + p(-45)).to_f64(), 1.0 + p(-10));
+        assert_eq!(to_f16(p(-24)).to_f64(), p(-24));
+        assert_eq!(to_f16(p(-25)).to_f64(), 0.0);
+        assert_eq!(to_f16(3.0 * p(-25)).to_f64(), p(-23));
+        assert_eq!(to_f16(65504.0).to_f64(), 65504.0);
+        assert_eq!(to_f16(65519.9).to_f64(), 65504.0, "below the tie with infinity");
+        assert_eq!(to_f16(65520.0).to_f64(), f64::INFINITY, "the tie goes to the even neighbour, infinity");
+        assert_eq!(to_f16(-70000.0).to_f64(), f64::NEG_INFINITY);
+        assert!(to_f16(f64::NAN).is_nan());
+    }
 }
