@@ -25,25 +25,41 @@ use candidate::{Candidate, CHECKED};
 use coords::Layout;
 pub use report::{CheckReport, NotChecked, TensorResult, Worst};
 
+/// What `check` and `diagnose` both read: the case, the candidate and the bounds that apply.
 #[derive(Debug, Args)]
-pub struct CheckArgs {
+pub struct CompareArgs {
     /// Case file (safetensors, moe.format 1): the inputs the candidate was computed from.
     pub case: PathBuf,
     /// The kernel's results: any of y, grad.*, fwd.*, bwd.* (F64, F32, BF16 or F16); per-row tensors in
-    /// the oracle's row order, or in the kernel's own with `fwd.row_token` and `fwd.row_slot`.
+    /// the oracle's row order, or in the kernel's own with `fwd.row_token` and `fwd.row_slot`. `diagnose`
+    /// localises best with the intermediates (fwd.*, bwd.*).
     #[arg(long)]
     pub candidate: PathBuf,
-    /// Also write the report as JSON here.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
     /// Recipe whose bounds apply (named or a JSON file); default: the case config's `recipe`.
     #[arg(long)]
     pub recipe: Option<String>,
     /// The kernel follows the recipe's accumulation schedule exactly (K order, instruction width, promotion
     /// interval, slot order of the short sums), as DeepGEMM's unfused chain does: much tighter bounds, which
-    /// a kernel with another summation order fails.
+    /// a kernel with another summation order fails (`diagnose`: GEMM stages replayed from known operands
+    /// must then match the emulation up to storage rounding).
     #[arg(long)]
     pub same_schedule: bool,
+}
+
+impl CompareArgs {
+    /// Read both files and run the oracle and the recipe's emulation ([`Context::load_with`]).
+    pub fn load(&self) -> Result<Context, CliError> {
+        Context::load_with(&self.case, &self.candidate, self.recipe.as_deref(), self.same_schedule)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub compare: CompareArgs,
+    /// Also write the report as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// Everything a comparison needs: the case, the exact oracle's results, the recipe's emulation (its
@@ -212,7 +228,7 @@ pub fn run(args: &CheckArgs) -> Result<(), CliError> {
     if let Some(j) = &args.json {
         check_report_path(j)?;
     }
-    let ctx = Context::load_with(&args.case, &args.candidate, args.recipe.as_deref(), args.same_schedule)?;
+    let ctx = args.compare.load()?;
     let rep = check(&ctx);
     print!("{}", rep.human());
     if let Some(j) = &args.json {

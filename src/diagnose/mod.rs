@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use clap::Args;
 use serde::Serialize;
 
-use crate::check::{check_report_path, compare, write_json, Context, Worst};
+use crate::check::{check_report_path, compare, write_json, CompareArgs, Context, Worst};
 use crate::cli::CliError;
 use blame::{Blame, FeatureRange};
 use patterns::Pattern;
@@ -28,11 +28,8 @@ pub const STAGES: [&str; 13] = crate::check::candidate::CHECKED;
 
 #[derive(Debug, Args)]
 pub struct DiagnoseArgs {
-    /// Case file (safetensors, moe.format 1).
-    pub case: PathBuf,
-    /// The kernel's results, ideally with intermediates (fwd.*, bwd.*), as for `check`.
-    #[arg(long)]
-    pub candidate: PathBuf,
+    #[command(flatten)]
+    pub compare: CompareArgs,
     /// Also write the diagnosis as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -40,13 +37,6 @@ pub struct DiagnoseArgs {
     /// none, of the stage closest to its bound).
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// Recipe whose bounds apply (named or a JSON file); default: the case config's `recipe`.
-    #[arg(long)]
-    pub recipe: Option<String>,
-    /// The kernel follows the recipe's accumulation schedule exactly, as for `check --same-schedule`:
-    /// GEMM stages replayed from known operands must then match the emulation up to storage rounding.
-    #[arg(long)]
-    pub same_schedule: bool,
 }
 
 /// One replayed stage.
@@ -217,7 +207,7 @@ pub fn run(args: &DiagnoseArgs) -> Result<(), CliError> {
     for p in [&args.json, &args.plot].into_iter().flatten() {
         check_report_path(p)?;
     }
-    let ctx = Context::load_with(&args.case, &args.candidate, args.recipe.as_deref(), args.same_schedule)?;
+    let ctx = args.compare.load()?;
     let (d, st) = diagnose(&ctx)?;
     print!("{}", d.human());
     if let Some(j) = &args.json {
