@@ -30,6 +30,20 @@
 // kernels) instead of gate and up interleaved in groups of 8 lines.
 enum { EPI_STORE = 0, EPI_SWIGLU_FWD = 1, EPI_SWIGLU_BWD = 2, EPI_SWIGLU_FWD_SPLIT = 4 };  // (3 was an f32 store, until session 17)
 
+// The row of B_e that line `line` of a K-contiguous B tile starting at n0 reads, and whether it lies inside
+// B_e. EPI_SWIGLU_FWD interleaves the gate row (q) and the up row (inter + q) of one intermediate index q in
+// groups of 8 lines, so that one accumulator thread holds both halves of a SwiGLU pair.
+template <int EPI>
+__device__ __forceinline__ int b_tile_row(int line, int n0, int inter, int n_lines, bool& ok) {
+    if (EPI == EPI_SWIGLU_FWD) {
+        int grp = line >> 3, q = (n0 >> 1) + (grp >> 1) * 8 + (line & 7);
+        ok = q < inter;
+        return (grp & 1) ? inter + q : q;
+    }
+    ok = n0 + line < n_lines;
+    return n0 + line;
+}
+
 // Everything a launch needs; passed by value. Pointers are device addresses.
 struct FastGemmParams {
     const bf16_t* a;          // A operand base
@@ -233,17 +247,8 @@ __device__ __forceinline__ void fast_gemm(const FastGemmParams& p) {
             if (!B_T) {  // 128 n lines x 8 chunks of k
                 int line = ci >> 3, ch = ci & 7;
                 int k = k0 + ch * 8;
-                int nrow;  // row of B_e for this line
                 bool ok;
-                if (EPI == EPI_SWIGLU_FWD) {
-                    // groups of 8 lines alternate gate (rows q) and up (rows I + q) of the same q
-                    int grp = line >> 3, q = (n0 >> 1) + (grp >> 1) * 8 + (line & 7);
-                    ok = q < p.inter;
-                    nrow = (grp & 1) ? p.inter + q : q;
-                } else {
-                    nrow = n0 + line;
-                    ok = nrow < n_lines;
-                }
+                int nrow = b_tile_row<EPI>(line, n0, p.inter, n_lines, ok);
                 ok = ok && k < k_end;
                 cp_async16(smem_u32(dB + swz<8>(line, ch)), b_base + (ok ? (long long)nrow * p.ldb + k : 0), ok);
             } else {  // 64 k lines x 16 chunks of n

@@ -135,16 +135,8 @@ __device__ __forceinline__ void wg_load_rows(const FastGemmParams& p, unsigned s
             int ci = tid + i * 256;
             int line = ci >> 3, ch = ci & 7;
             int k = k0 + ch * 8;
-            int nrow;
             bool ok;
-            if (EPI == EPI_SWIGLU_FWD) {  // gate and up rows of one intermediate index interleaved in groups of 8
-                int grp = line >> 3, q = (n0 >> 1) + (grp >> 1) * 8 + (line & 7);
-                ok = q < p.inter;
-                nrow = (grp & 1) ? p.inter + q : q;
-            } else {
-                nrow = n0 + line;
-                ok = nrow < n_lines;
-            }
+            int nrow = b_tile_row<EPI>(line, n0, p.inter, n_lines, ok);
             ok = ok && k < k_end;
             cp_async16(sB + 2 * swz<8>(line, ch), b_base + (ok ? (long long)nrow * p.ldb + k : 0), ok);
         }
