@@ -233,9 +233,10 @@ pub struct FastLayer<'g> {
     /// dA_raw = dY[token]·W2 (unweighted), bf16: the direct backward's input to fc_swiglu_bwd_rows
     da_raw: CudaSlice<u16>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
-    /// MOE_FAST_TRACE_LAUNCHES=1: each launch's label on stderr before it is submitted, so that a run that
-    /// hangs (with CUDA_LAUNCH_BLOCKING=1, or under compute-sanitizer, which serialises launches) names the
-    /// kernel it waits on in its last line
+    /// MOE_FAST_TRACE_LAUNCHES=1: each launch's label on stderr before it is submitted, and "done" after the
+    /// stream has drained it, so that a run that hangs names the kernel it waits on: the last label without
+    /// its "done". (Session 25: without the drain, a stalled racecheck run had submitted every launch of the
+    /// test, the launches being asynchronous under compute-sanitizer too, so the last label named nothing.)
     trace_launches: bool,
 }
 
@@ -563,6 +564,10 @@ impl<'g> FastLayer<'g> {
         let timing = self.profile.is_some();
         let start = if timing { Some(self.gpu.stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?) } else { None };
         f(self)?;
+        if self.trace_launches {
+            self.gpu.stream.synchronize()?;
+            eprintln!("fast layer: done {name}");
+        }
         if let Some(start) = start {
             let end = self.gpu.stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
             self.profile.as_mut().expect("profiling").push((name, start, end));
