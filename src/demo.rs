@@ -1,7 +1,7 @@
 //! The built-in demo case: a small softmax-routed layer with bf16-valued inputs from a seeded generator,
 //! so `moe-oracle demo` works without any file.
 
-use moe_reference::config::{Activation, MoeConfig, Routing, Score};
+use moe_reference::config::{MoeConfig, Routing};
 use moe_reference::LayerInputs;
 use ndarray::{Array1, Array2, Array3};
 
@@ -44,17 +44,7 @@ impl XorShift {
 
 /// The demo's configuration: T=16, H=64, I=32, E=8, k=2, softmax routing with normalised top-k, SwiGLU.
 pub fn demo_config() -> MoeConfig {
-    MoeConfig {
-        tokens: 16,
-        hidden: 64,
-        intermediate: 32,
-        experts: 8,
-        top_k: 2,
-        activation: Activation::Swiglu,
-        routing: Some(Routing { score: Score::Softmax, normalize_topk: true, scaling: 1.0, groups: None }),
-        recipe: "bf16".to_string(),
-        ep_ranks: 1,
-    }
+    MoeConfig { routing: Some(Routing::softmax()), recipe: "bf16".into(), ..MoeConfig::swiglu(16, 64, 32, 8, 2) }
 }
 
 /// Inputs for `cfg` (which must route itself, or `topk` is drawn as well): bf16-valued `x`, `w13`, `w2`,

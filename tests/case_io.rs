@@ -11,24 +11,14 @@ use moe_oracle::case::{
 };
 use moe_oracle::demo::random_inputs;
 use moe_oracle::CaseError;
-use moe_reference::config::{Activation, MoeConfig, Routing, Score};
+use moe_reference::config::{MoeConfig, Routing};
 use moe_reference::{layer, LayerInputs, Options};
 use ndarray::Array3;
 use proptest::prelude::*;
 use safetensors::{Dtype, SafeTensors};
 
 fn cfg(tokens: usize, routed: bool) -> MoeConfig {
-    MoeConfig {
-        tokens,
-        hidden: 8,
-        intermediate: 4,
-        experts: 4,
-        top_k: 2,
-        activation: Activation::Swiglu,
-        routing: routed.then_some(Routing { score: Score::Softmax, normalize_topk: true, scaling: 1.0, groups: None }),
-        recipe: "bf16".into(),
-        ep_ranks: 1,
-    }
+    MoeConfig { routing: routed.then_some(Routing::softmax()), recipe: "bf16".into(), ..MoeConfig::swiglu(tokens, 8, 4, 4, 2) }
 }
 
 fn given(tokens: usize) -> LayerInputs {

@@ -21,15 +21,11 @@ fn p(path: &Path) -> &str {
 
 fn cfg(tokens: usize, routed: bool) -> MoeConfig {
     MoeConfig {
-        tokens,
-        hidden: 8,
-        intermediate: 4,
-        experts: 4,
-        top_k: 2,
         activation: Activation::SwigluClamped { alpha: 1.702, limit: 7.0 },
         routing: routed.then_some(Routing { score: Score::Sigmoid, normalize_topk: true, scaling: 2.5, groups: None }),
         recipe: "bf16".into(),
         ep_ranks: 2,
+        ..MoeConfig::swiglu(tokens, 8, 4, 4, 2)
     }
 }
 

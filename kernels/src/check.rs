@@ -38,7 +38,7 @@ pub fn gamma(k: usize) -> f64 {
 /// A case: routing with distinct experts per token, some -1 slots, optionally forced counts.
 pub fn case(seed: u64, t: usize, h: usize, i: usize, e: usize, k: usize, act: Activation, unused: f64) -> (MoeConfig, Array2<f64>, Array3<f64>, Array3<f64>, Array2<i32>, Array2<f32>) {
     let mut g = Gen(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1);
-    let cfg = MoeConfig { tokens: t, hidden: h, intermediate: i, experts: e, top_k: k, activation: act, routing: None, recipe: "bf16".into(), ep_ranks: 1 };
+    let cfg = MoeConfig { activation: act, recipe: "bf16".into(), ..MoeConfig::swiglu(t, h, i, e, k) };
     let x = Array2::from_shape_fn((t, h), |_| g.bf16(1.0));
     let w13 = Array3::from_shape_fn((e, 2 * i, h), |_| g.bf16(0.1));
     let w2 = Array3::from_shape_fn((e, h, i), |_| g.bf16(0.1));

@@ -26,7 +26,7 @@
 
 use std::time::Instant;
 
-use moe_reference::config::{Activation, MoeConfig, Routing, Score};
+use moe_reference::config::{MoeConfig, Routing};
 use moe_reference::gemm::Engine;
 use moe_reference::layer::{self, LayerInputs, Options};
 use ndarray::{Array2, Array3, ArrayView2, ArrayViewMut2};
@@ -193,17 +193,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1024usize);
     let (h, i, e, k) = (2048usize, 768usize, 128usize, 8usize);
-    let cfg = MoeConfig {
-        tokens,
-        hidden: h,
-        intermediate: i,
-        experts: e,
-        top_k: k,
-        activation: Activation::Swiglu,
-        routing: Some(Routing { score: Score::Softmax, normalize_topk: true, scaling: 1.0, groups: None }),
-        recipe: "fp32".into(),
-        ep_ranks: 1,
-    };
+    let cfg = MoeConfig { routing: Some(Routing::softmax()), ..MoeConfig::swiglu(tokens, h, i, e, k) };
     let mut g = Gen(0x5eed);
     let x = Array2::from_shape_fn((tokens, h), |_| g.bf16(1.0));
     let w13 = Array3::from_shape_fn((e, 2 * i, h), |_| g.bf16(0.02));

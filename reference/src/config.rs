@@ -37,6 +37,13 @@ pub struct Routing {
     pub groups: Option<Groups>,
 }
 
+impl Routing {
+    /// Softmax scores, the top k renormalised to sum to 1, no scaling, no groups (Mixtral, Qwen3, OLMoE).
+    pub fn softmax() -> Routing {
+        Routing { score: Score::Softmax, normalize_topk: true, scaling: 1.0, groups: None }
+    }
+}
+
 /// Shapes and semantics of one MoE layer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MoeConfig {
@@ -76,6 +83,23 @@ pub enum ConfigError {
 }
 
 impl MoeConfig {
+    /// A plain SwiGLU layer of these shapes with the routing given (no router), the fp32 recipe and one
+    /// rank, as a case file's defaults are; change the rest with struct-update syntax
+    /// (`MoeConfig { recipe: "bf16".into(), ..MoeConfig::swiglu(16, 64, 32, 8, 2) }`).
+    pub fn swiglu(tokens: usize, hidden: usize, intermediate: usize, experts: usize, top_k: usize) -> MoeConfig {
+        MoeConfig {
+            tokens,
+            hidden,
+            intermediate,
+            experts,
+            top_k,
+            activation: Activation::Swiglu,
+            routing: None,
+            recipe: default_recipe(),
+            ep_ranks: 1,
+        }
+    }
+
     /// Check the relations between fields (tokens may be zero: an empty batch is valid).
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (name, v) in [

@@ -11,7 +11,7 @@ use moe_oracle::check::candidate::CHECKED;
 use moe_oracle::check::{check, CheckReport, Context};
 use moe_oracle::demo::random_inputs;
 use moe_oracle::diagnose::{diagnose, Diagnosis};
-use moe_reference::config::{Activation, MoeConfig, Routing, Score};
+use moe_reference::config::{MoeConfig, Routing, Score};
 use moe_reference::emulate::{self, Emulated};
 use moe_reference::layer::named_tensor;
 use moe_reference::recipe::Recipe;
@@ -19,21 +19,11 @@ use moe_reference::{LayerInputs, Options};
 use ndarray::{ArrayD, CowArray};
 
 pub fn cfg(t: usize, h: usize, i: usize, e: usize, k: usize, recipe: &str) -> MoeConfig {
-    MoeConfig {
-        tokens: t,
-        hidden: h,
-        intermediate: i,
-        experts: e,
-        top_k: k,
-        activation: Activation::Swiglu,
-        routing: None,
-        recipe: recipe.into(),
-        ep_ranks: 1,
-    }
+    MoeConfig { recipe: recipe.into(), ..MoeConfig::swiglu(t, h, i, e, k) }
 }
 
 pub fn softmax_routing() -> Option<Routing> {
-    Some(Routing { score: Score::Softmax, normalize_topk: true, scaling: 1.0, groups: None })
+    Some(Routing::softmax())
 }
 
 pub fn sigmoid_routing() -> Option<Routing> {

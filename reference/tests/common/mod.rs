@@ -850,17 +850,7 @@ pub fn check_against_naive(inp: &LayerInputs, dir_seed: u64) -> Naive {
 // ---------------------------------------------------------------------------------------------------
 
 pub fn config(t: usize, h: usize, i: usize, e: usize, k: usize) -> MoeConfig {
-    MoeConfig {
-        tokens: t,
-        hidden: h,
-        intermediate: i,
-        experts: e,
-        top_k: k,
-        activation: Activation::Swiglu,
-        routing: None,
-        recipe: "fp32".into(),
-        ep_ranks: 1,
-    }
+    MoeConfig::swiglu(t, h, i, e, k)
 }
 
 /// Random data for `cfg` with the given routing (ids + weights).
