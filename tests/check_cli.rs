@@ -11,19 +11,8 @@ use common_mut::*;
 use moe_oracle::case::{self, FloatDtype, TensorData};
 use ndarray::{Array1, Array2, ArrayD, CowArray, Ix2};
 
-const BIN: &str = env!("CARGO_BIN_EXE_moe-oracle");
-
-fn oracle(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run moe-oracle")
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod cli_common;
+use cli_common::*;
 
 /// Status 2, exactly one stderr line starting `error:` and containing `frag`, no report written.
 fn assert_bad_input(o: &Output, frag: &str, report: &Path) {

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use half::bf16;
 use moe_oracle::case::{write_tensors, TensorData};
@@ -12,19 +12,8 @@ use moe_reference::formats::{self, Format, Overflow};
 use ndarray::{ArrayD, CowArray, IxDyn};
 use safetensors::{Dtype, SafeTensors};
 
-const BIN: &str = env!("CARGO_BIN_EXE_moe-oracle");
-
-fn oracle(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run moe-oracle")
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod cli_common;
+use cli_common::*;
 
 const A: [f32; 6] = [1.0, 464.0, 465.0, -1000.0, 0.2, -3.3];
 const B: [f32; 5] = [1.0625, 300.0, -0.0, f32::NAN, 1.0e-3];

@@ -1,13 +1,9 @@
 //! `moe-oracle ep-plan`: the expert-parallel exchange table of a preset (no GPU, no case file); bad arguments
 //! rejected with one line, exit 2 and nothing on stdout.
 
-use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_moe-oracle");
-
-fn oracle(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run moe-oracle")
-}
+mod cli_common;
+use cli_common::*;
 
 #[test]
 fn prints_the_rank_pairs_and_the_bytes_of_a_pass() {

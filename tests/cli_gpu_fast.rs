@@ -4,15 +4,14 @@
 //! bf16` (the oracle's bounds; the kernels' own stage-by-stage check is `kernels/tests/layer_api.rs`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use moe_oracle::case::{self, FloatDtype};
 use moe_oracle::demo;
 use safetensors::SafeTensors;
 
-fn oracle(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_moe-oracle")).args(args).output().unwrap()
-}
+mod cli_common;
+use cli_common::*;
 
 fn write_case(dir: &Path, name: &str, given_routing: bool, hidden: usize, seed: u64) -> PathBuf {
     let mut cfg = demo::demo_config();

@@ -3,19 +3,11 @@
 //! bad recipes rejected with one line and exit 2.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use safetensors::{Dtype, SafeTensors};
 
-const BIN: &str = env!("CARGO_BIN_EXE_moe-oracle");
-
-fn oracle(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run moe-oracle")
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+mod cli_common;
+use cli_common::*;
 
 #[test]
 fn fp8_block_run_writes_f32_outputs_quantised_operands_and_bounds() {

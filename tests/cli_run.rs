@@ -1,7 +1,7 @@
 //! The `moe-oracle` binary: demo, run on written cases, and bad input (exit 2, one stderr line, no output).
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use moe_oracle::case::{self, write_case, FloatDtype};
 use moe_oracle::demo::random_inputs;
@@ -9,15 +9,8 @@ use moe_reference::config::{Activation, MoeConfig, Routing, Score};
 use moe_reference::{layer, LayerInputs, Options};
 use safetensors::{Dtype, SafeTensors};
 
-const BIN: &str = env!("CARGO_BIN_EXE_moe-oracle");
-
-fn oracle(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run moe-oracle")
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+mod cli_common;
+use cli_common::*;
 
 fn cfg(tokens: usize, routed: bool) -> MoeConfig {
     MoeConfig {
@@ -45,10 +38,6 @@ fn sorted(v: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
     v.sort();
     v
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// A failed run: status 2, exactly one `error:` line on stderr containing `frag`, no output file and no

@@ -7,15 +7,8 @@ use std::process::{Command, Output};
 
 use moe_oracle::golden::curated;
 
-const BIN: &str = env!("CARGO_BIN_EXE_moe-oracle");
-
-fn oracle(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run moe-oracle")
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+mod cli_common;
+use cli_common::*;
 
 fn assert_fails(o: &Output, out: &Path, frag: &str) {
     let err = String::from_utf8_lossy(&o.stderr);
