@@ -100,6 +100,26 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity, unsigne
     }
 }
 
+// mbar_wait for a whole warp that polls as one: a lane leaves only when every lane has seen the phase complete
+// (the vote also reconverges the warp on every poll). Why (session 25, a hypothesis): a lane that leaves a
+// per-lane poll early may run a whole ring of stages ahead of a lane still polling (nothing in the skipping
+// warpgroup's k-loop but this wait and lane 0's release); once lane 0 has released the stage and the producer
+// has refilled it, the phase parity the lagging lane polls for has come and gone, and it waits a round more,
+// which the warp's next convergence point then turns into a hang. Hardware keeps a warp's lanes together;
+// compute-sanitizer's instrumented execution may not, and racecheck stalled in the skips' row GEMMs only.
+__device__ __forceinline__ void mbar_wait_warp(unsigned bar, unsigned parity, unsigned sleep_ns) {
+    unsigned done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+        done = __all_sync(0xffffffffu, done);
+        if (!done && sleep_ns) __nanosleep(sleep_ns);
+    }
+}
+
 // Clusters of WS_CLUSTER blocks (1 or 2; the host launches with the same cluster dimension, see
 // FastKernels::cluster): the blocks of a cluster take tiles with the same expert, column tile and k range and
 // adjacent row tiles, in lockstep, and each loads only its share of the B tile, multicast into the shared memory
@@ -377,6 +397,11 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 //   GEMM1 stall rarer, not gone; see above).
 #ifndef WS_SKIP_WAIT_BACKOFF
 #define WS_SKIP_WAIT_BACKOFF 0
+#endif
+// WS_SKIP_WAIT_UNIFORM=1: the skipping warpgroup's waits poll warp-uniformly (mbar_wait_warp; session 25: the
+//   racecheck stall's suspected cause, lanes of a skipping warp drifting apart; not yet run on a GPU).
+#ifndef WS_SKIP_WAIT_UNIFORM
+#define WS_SKIP_WAIT_UNIFORM 0
 #endif
 // WS_SKIP_EMPTY_K: the weight gradients' last k-tile of each expert issues the wgmma of its 16-row slices that
 //   hold rows only (the others are zero-filled: ~3% of the weight gradients' MMA work at ~1024 rows an expert).
@@ -988,6 +1013,11 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 mbar_wait(full0 + 8 * s, phase);
                 c_full += clock64() - cw;
                 if (kt == 0) c_full0 += clock64() - cw;
+#elif WS_SKIP_EMPTY_WG && WS_SKIP_WAIT_UNIFORM
+                if (skip)
+                    mbar_wait_warp(full0 + 8 * s, phase, WS_SKIP_WAIT_BACKOFF);
+                else
+                    mbar_wait(full0 + 8 * s, phase);
 #elif WS_SKIP_EMPTY_WG && WS_SKIP_WAIT_BACKOFF
                 mbar_wait(full0 + 8 * s, phase, skip ? WS_SKIP_WAIT_BACKOFF : WS_WAIT_BACKOFF);
 #else
