@@ -105,8 +105,11 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity, unsigne
 // per-lane poll early may run a whole ring of stages ahead of a lane still polling (nothing in the skipping
 // warpgroup's k-loop but this wait and lane 0's release); once lane 0 has released the stage and the producer
 // has refilled it, the phase parity the lagging lane polls for has come and gone, and it waits a round more,
-// which the warp's next convergence point then turns into a hang. Hardware keeps a warp's lanes together;
-// compute-sanitizer's instrumented execution may not, and racecheck stalled in the skips' row GEMMs only.
+// which the warp's next convergence point then turns into a hang. On the GPU the lanes stay together in practice
+// (every gpu_fast and bench run of the skips finished); compute-sanitizer's instrumented execution may schedule
+// them apart, and racecheck stalled in the skips' row GEMMs only. Against it: the skipping warpgroup still runs
+// wgmma.wait_group (.sync.aligned) every k-tile, which should keep the lanes within one k-tile of each other,
+// unless the instrumented code does not converge there. s25c.sh tests it.
 __device__ __forceinline__ void mbar_wait_warp(unsigned bar, unsigned parity, unsigned sleep_ns) {
     unsigned done = 0;
     while (!done) {
