@@ -421,12 +421,31 @@ fn padding_line(p: &TilePadding) -> String {
     )
 }
 
+/// The largest device memory of one GPU the layer may run on (B200: 192 GB); X alone must fit in it.
+const MAX_GPU_BYTES: u128 = 192 << 30;
+
+/// Reject token counts the layer cannot hold before anything is allocated: the dispatched rows must fit the
+/// kernels' 32-bit row indices, and X (bf16) one GPU's memory (otherwise the host's copy of X alone could
+/// exhaust the host's memory and abort instead of failing with an error).
+fn check_size(preset: &str, t: usize, h: usize, k: usize) -> Result<(), CliError> {
+    let rows = t as u128 * k as u128;
+    if rows > i32::MAX as u128 {
+        return Err(fail(format!("--tokens {t} is too large for {preset}: {t} x top-k {k} = {rows} dispatched rows exceed the kernels' 32-bit row indices")));
+    }
+    let x_bytes = t as u128 * h as u128 * 2;
+    if x_bytes > MAX_GPU_BYTES {
+        return Err(fail(format!("--tokens {t} is too large for {preset}: X alone would take {} GiB in bf16, more than one GPU holds", x_bytes >> 30)));
+    }
+    Ok(())
+}
+
 pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     let (h, i, e, k) = preset(&args.preset).ok_or_else(|| fail(format!("unknown preset {:?} (qwen3-30b-a3b, qwen3-235b-a22b, olmoe-1b-7b, mixtral-8x7b)", args.preset)))?;
     let t = args.tokens;
     if t == 0 {
         return Err(fail("--tokens must be positive".into()));
     }
+    check_size(&args.preset, t, h, k)?;
     let mut engines: Vec<Engine> = Vec::new();
     for name in args.engines.split(',').map(str::trim) {
         match ENGINES.iter().find(|(n, _)| *n == name) {
@@ -534,6 +553,8 @@ mod tests {
         for (a, what) in [
             (args("gpt-9", 16, "mma"), "unknown preset"),
             (args("qwen3-30b-a3b", 0, "mma"), "--tokens"),
+            (args("qwen3-30b-a3b", 1 << 28, "ws"), "exceed the kernels' 32-bit row indices"),
+            (args("qwen3-235b-a22b", 50_000_000, "ws"), "more than one GPU holds"),
             (args("qwen3-30b-a3b", 16, "mma,tpu"), "unknown engine"),
             (with_ab("ws", "MOE_FAST_DEFINES"), "is not NAME=VALUE"),
             (with_ab("ws", "MOE_FAST_STAGES=3"), "MOE_FAST_STAGES is not a setting"),
