@@ -393,7 +393,8 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 //   but one earlier run of the same four on the same machine gave no verdict in 90 s: the stall is rarer, not
 //   gone, so the skips stay off (B/A 0.996 on both presets, bitwise, gpu_fast, synccheck, initcheck clean).
 //   Session 25: with the launches drained, the stalled runs (2 of 5 with the backoff) stopped in GEMM2 (ws_rows):
-//   any row GEMM's skip, not GEMM1's alone. WS_SKIP_WAIT_UNIFORM below is the candidate fix (not yet run).
+//   any row GEMM's skip, not GEMM1's alone. Candidates (s25c.sh, not yet run): WS_SKIP_WAIT_UNIFORM below (if
+//   lanes drift apart), or a longer WS_SKIP_WAIT_BACKOFF (if racecheck is only slowed by recording the polls).
 #ifndef WS_SKIP_EMPTY_WG
 #define WS_SKIP_EMPTY_WG 0
 #endif

@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
-# Session 25, third call (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"]; at most ~2.7 minutes).
-# s25b: with the launches drained, both stalled racecheck runs of CAND on edge case 10 stopped in gemm2
-# (ws_rows), 2 of 5 runs (s25a: 2 of 5 too). Hypothesis: lanes of the skipping warpgroup drift apart in their
-# per-lane polls under the sanitizer (fast_ws.cu, mbar_wait_warp). Here CAND + WS_SKIP_WAIT_UNIFORM=1 (the
-# skipping warpgroup polls warp-uniformly), as many runs as fit.
+# Session 25, prepared for the first call of session 26 (stage first: bash kernels/tools/stage_gpu.sh; carry
+# [".gpu"]; at most ~9 minutes; stops starting runs at 380 s). s25a-s25b: racecheck of the padding skips' candidate (CAND) on edge case 10
+# gave no verdict in 4 of 10 runs (40-45 s limits); with the launches drained both stalls were in gemm2
+# (ws_rows). Two hypotheses, one variant each, four runs each, then one long run of CAND itself:
+#  - lanes of the skipping warp drift apart under the sanitizer: WS_SKIP_WAIT_UNIFORM=1 (warp-vote polls);
+#  - no hang, only slowness: racecheck records every poll of the skipping warpgroup, which polls through the
+#    other warpgroup's whole main loop: WS_SKIP_WAIT_BACKOFF=1000 (16x fewer polls than CAND's 64 ns);
+#  - and CAND itself with a 130 s limit: a verdict after 45 s there means the stall is slowness, not a hang.
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s25c}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-D="WS_SKIP_EMPTY_WG=2 WS_SKIP_EMPTY_K=1 WS_SKIP_WAIT_BACKOFF=64 WS_SKIP_WAIT_UNIFORM=1"
-runs=0; stalls=0
-for r in 1 2 3 4 5 6 7 8 9 10; do
-    [ $SECONDS -gt 125 ] && break
-    lim=32; [ $r -eq 1 ] && lim=50  # the first run compiles the kernels
-    MOE_FAST_TRACE_LAUNCHES=1 MOE_FAST_DEFINES="$D" sanitize_ws racecheck $lim 10 | grep -E "^==|SUMMARY|TIMED|worst"
-    cp $OUT/cs-racecheck.log "$OUT/race-uniform-$r.log"; runs=$((runs + 1))
-    if ! grep -q "RACECHECK SUMMARY" "$OUT/race-uniform-$r.log"; then
-        stalls=$((stalls + 1))
-        echo "   launches $(grep -c 'fast layer: launch' "$OUT/race-uniform-$r.log"), done $(grep -c 'fast layer: done' "$OUT/race-uniform-$r.log"): $(grep 'fast layer: ' "$OUT/race-uniform-$r.log" | tail -1)"
-    fi
-done
-echo "uniform waits: $stalls stalled of $runs runs; total ${SECONDS}s"
+SKIPS="WS_SKIP_EMPTY_WG=2 WS_SKIP_EMPTY_K=1"
+race_runs() { # label defines runs limit
+    local stalls=0 runs=0
+    for r in $(seq 1 $3); do
+        [ $SECONDS -gt 380 ] && break
+        local lim=$4; [ $r -eq 1 ] && lim=$(($4 + 20))  # the first run compiles the kernels
+        echo "-- racecheck case 10, $1-$r (limit ${lim}s)"
+        local t0=$SECONDS
+        MOE_FAST_TRACE_LAUNCHES=1 MOE_FAST_DEFINES="$2" sanitize_ws racecheck $lim 10 | grep -E "^==|SUMMARY|TIMED|worst"
+        echo "   ran $((SECONDS - t0)) s"
+        cp $OUT/cs-racecheck.log "$OUT/race-$1-$r.log"; runs=$((runs + 1))
+        if ! grep -q "RACECHECK SUMMARY" "$OUT/race-$1-$r.log"; then
+            stalls=$((stalls + 1))
+            echo "   launches $(grep -c 'fast layer: launch' "$OUT/race-$1-$r.log"), done $(grep -c 'fast layer: done' "$OUT/race-$1-$r.log"): $(grep 'fast layer: ' "$OUT/race-$1-$r.log" | tail -1)"
+        fi
+    done
+    echo "== $1: $stalls stalled of $runs runs at ${SECONDS}s"
+}
+race_runs uniform "$SKIPS WS_SKIP_WAIT_BACKOFF=64 WS_SKIP_WAIT_UNIFORM=1" 4 32
+race_runs backoff1000 "$SKIPS WS_SKIP_WAIT_BACKOFF=1000" 4 32
+race_runs cand-long "$SKIPS WS_SKIP_WAIT_BACKOFF=64" 3 130  # a run that ends past ~45 s is slow, not hung
+echo "total ${SECONDS}s"
