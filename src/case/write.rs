@@ -6,6 +6,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use half::{bf16, f16};
+use moe_reference::formats::{self, Format, Overflow};
 use moe_reference::{Backward, Forward, LayerInputs, MoeConfig};
 use ndarray::{Array1, CowArray, IxDyn};
 use safetensors::tensor::{Metadata, TensorInfo};
@@ -119,50 +120,21 @@ impl<'a> TensorData<'a> {
     }
 }
 
-/// f64 rounded to the nearest value with `mant` stored significand bits (ties to even), exponent unbounded.
-fn round_significand(v: f64, mant: u32) -> f64 {
-    if !v.is_finite() || v == 0.0 {
-        return v;
-    }
-    let drop = 52 - mant;
-    let b = v.to_bits();
-    let lsb = (b >> drop) & 1;
-    let r = (b + (1u64 << (drop - 1)) - 1 + lsb) & !((1u64 << drop) - 1);
-    f64::from_bits(r)
-}
-
-/// f64 rounded (ties to even) to a binary format with `mant` stored significand bits whose smallest normal
-/// is 2^`emin`, with gradual underflow: below it, to multiples of the smallest subnormal 2^(emin - mant).
-/// The exponent is unbounded above (the callers map overflow to infinity); NaN stays NaN.
-fn round_to_format(v: f64, emin: i32, mant: u32) -> f64 {
-    if v.abs() < f64::powi(2.0, emin) {
-        let q = f64::powi(2.0, emin - mant as i32);
-        (v / q).round_ties_even() * q
-    } else {
-        round_significand(v, mant)
-    }
-}
-
-/// f64 to bf16, correctly rounded (ties to even), overflow to infinity, gradual underflow.
+/// f64 to bf16, correctly rounded (ties to even), overflow to infinity, gradual underflow: the reference
+/// crate's bit-faithful cast ([`formats::encode`]); NaN becomes bf16's canonical quiet NaN.
 pub fn to_bf16(v: f64) -> bf16 {
     if v.is_nan() {
         return bf16::NAN;
     }
-    let r = round_to_format(v, -126, 7);
-    // `r` is representable in bf16 (or beyond its range, where f32 and then bf16 give infinity).
-    bf16::from_f32(r as f32)
+    bf16::from_bits(formats::encode(Format::Bf16, v, Overflow::NonSaturating))
 }
 
-/// f64 to f16, correctly rounded (ties to even), overflow to infinity, gradual underflow.
+/// f64 to f16, correctly rounded (ties to even), overflow to infinity, gradual underflow (as [`to_bf16`]).
 pub fn to_f16(v: f64) -> f16 {
     if v.is_nan() {
         return f16::NAN;
     }
-    let r = round_to_format(v, -14, 10);
-    if r.abs() > 65504.0 {
-        return if r > 0.0 { f16::INFINITY } else { f16::NEG_INFINITY };
-    }
-    f16::from_f32(r as f32)
+    f16::from_bits(formats::encode(Format::F16, v, Overflow::NonSaturating))
 }
 
 /// Write tensors and string metadata as a safetensors file, atomically (temporary file, then rename).
