@@ -30,6 +30,27 @@ sanitize_ws() { # tool [timeout] [cases] [option...]
     [ $rc -eq 124 ] && echo "   $1 TIMED OUT: no verdict (only the cases listed above finished)"
     return 0
 }
+# `race_runs LABEL DEFINES RUNS LIMIT` runs racecheck on edge case 10 up to RUNS times with MOE_FAST_DEFINES=DEFINES,
+# LIMIT seconds each (20 more for the first, which compiles the kernels), no run started past 380 s; the launches
+# are traced and drained (MOE_FAST_TRACE_LAUNCHES=1), so a run without a verdict names the kernel it stalled in.
+# Logs in $OUT/race-LABEL-N.log; prints each run's time and the count of stalled runs.
+race_runs() { # label defines runs limit
+    local stalls=0 runs=0
+    for r in $(seq 1 $3); do
+        [ $SECONDS -gt 380 ] && break
+        local lim=$4; [ $r -eq 1 ] && lim=$(($4 + 20))  # the first run compiles the kernels
+        echo "-- racecheck case 10, $1-$r (limit ${lim}s)"
+        local t0=$SECONDS
+        MOE_FAST_TRACE_LAUNCHES=1 MOE_FAST_DEFINES="$2" sanitize_ws racecheck $lim 10 | grep -E "^==|SUMMARY|TIMED|worst"
+        echo "   ran $((SECONDS - t0)) s"
+        cp $OUT/cs-racecheck.log "$OUT/race-$1-$r.log"; runs=$((runs + 1))
+        if ! grep -q "RACECHECK SUMMARY" "$OUT/race-$1-$r.log"; then
+            stalls=$((stalls + 1))
+            echo "   launches $(grep -c 'fast layer: launch' "$OUT/race-$1-$r.log"), done $(grep -c 'fast layer: done' "$OUT/race-$1-$r.log"): $(grep 'fast layer: ' "$OUT/race-$1-$r.log" | tail -1)"
+        fi
+    done
+    echo "== $1: $stalls stalled of $runs runs at ${SECONDS}s"
+}
 # memcheck on every edge shape (150 s); racecheck on RACE_CASES (all 14 ran 102 s in session 20 and past 300 s
 # since, two ran 24 s in session 21; 300 s)
 memcheck_ws() { sanitize_ws memcheck 150 ""; }
