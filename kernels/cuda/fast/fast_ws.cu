@@ -77,10 +77,20 @@ __device__ __forceinline__ void mbar_arrive_cp_async(unsigned bar) {
 // sleep_ns: a sleep between polls (0: none, the default). WS_WAIT_BACKOFF=NS (experiment, session 23) gives
 // every wait one, to test whether racecheck's stall on the padding skips' GEMM1 is the cost of recording a spinning
 // warpgroup's polls; WS_SKIP_WAIT_BACKOFF (below) gives one to the skipping warpgroup's waits only.
+// WARP: the whole warp polls as one (a vote after every poll; every lane of the warp must call): a lane leaves
+// only when every lane has seen the phase complete. Why (session 25, a hypothesis, WS_SKIP_WAIT_UNIFORM): a lane
+// that leaves a per-lane poll early may run a whole ring of stages ahead of a lane still polling (nothing in the
+// skipping warpgroup's k-loop but this wait and lane 0's release); once lane 0 has released the stage and the
+// producer has refilled it, the phase parity the lagging lane polls for has come and gone, and it waits a round
+// more, which the warp's next convergence point then turns into a hang. On the GPU the lanes stay together in
+// practice (every gpu_fast and bench run of the skips finished); compute-sanitizer's instrumented execution may
+// schedule them apart, and racecheck stalled in the skips' row GEMMs only. Against it: the skipping warpgroup
+// still runs wgmma.wait_group (.sync.aligned) every k-tile, which should keep the lanes within one k-tile of each
+// other, unless the instrumented code does not converge there. s25c.sh tests it.
 #ifndef WS_WAIT_BACKOFF
 #define WS_WAIT_BACKOFF 0
 #endif
-template <bool CLUSTER = false>
+template <bool CLUSTER = false, bool WARP = false>
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity, unsigned sleep_ns = WS_WAIT_BACKOFF) {
     unsigned done = 0;
     while (!done) {
@@ -96,29 +106,7 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity, unsigne
                 : "=r"(done)
                 : "r"(bar), "r"(parity)
                 : "memory");
-        if (!done && sleep_ns) __nanosleep(sleep_ns);
-    }
-}
-
-// mbar_wait for a whole warp that polls as one: a lane leaves only when every lane has seen the phase complete
-// (the vote also reconverges the warp on every poll). Why (session 25, a hypothesis): a lane that leaves a
-// per-lane poll early may run a whole ring of stages ahead of a lane still polling (nothing in the skipping
-// warpgroup's k-loop but this wait and lane 0's release); once lane 0 has released the stage and the producer
-// has refilled it, the phase parity the lagging lane polls for has come and gone, and it waits a round more,
-// which the warp's next convergence point then turns into a hang. On the GPU the lanes stay together in practice
-// (every gpu_fast and bench run of the skips finished); compute-sanitizer's instrumented execution may schedule
-// them apart, and racecheck stalled in the skips' row GEMMs only. Against it: the skipping warpgroup still runs
-// wgmma.wait_group (.sync.aligned) every k-tile, which should keep the lanes within one k-tile of each other,
-// unless the instrumented code does not converge there. s25c.sh tests it.
-__device__ __forceinline__ void mbar_wait_warp(unsigned bar, unsigned parity, unsigned sleep_ns) {
-    unsigned done = 0;
-    while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-        done = __all_sync(0xffffffffu, done);
+        if (WARP) done = __all_sync(0xffffffffu, done);
         if (!done && sleep_ns) __nanosleep(sleep_ns);
     }
 }
@@ -404,7 +392,7 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 #ifndef WS_SKIP_WAIT_BACKOFF
 #define WS_SKIP_WAIT_BACKOFF 0
 #endif
-// WS_SKIP_WAIT_UNIFORM=1: the skipping warpgroup's waits poll warp-uniformly (mbar_wait_warp; session 25: the
+// WS_SKIP_WAIT_UNIFORM=1: the skipping warpgroup's waits poll warp-uniformly (mbar_wait's WARP; session 25: the
 //   racecheck stall's suspected cause, lanes of a skipping warp drifting apart; not yet run on a GPU).
 #ifndef WS_SKIP_WAIT_UNIFORM
 #define WS_SKIP_WAIT_UNIFORM 0
@@ -1021,7 +1009,7 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 if (kt == 0) c_full0 += clock64() - cw;
 #elif WS_SKIP_EMPTY_WG && WS_SKIP_WAIT_UNIFORM
                 if (skip)
-                    mbar_wait_warp(full0 + 8 * s, phase, WS_SKIP_WAIT_BACKOFF);
+                    mbar_wait<false, true>(full0 + 8 * s, phase, WS_SKIP_WAIT_BACKOFF);
                 else
                     mbar_wait(full0 + 8 * s, phase);
 #elif WS_SKIP_EMPTY_WG && WS_SKIP_WAIT_BACKOFF
