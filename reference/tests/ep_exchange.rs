@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use moe_reference::dispatch::RowMap;
+use moe_reference::MoeConfig;
 use moe_reference::ep::{self, EpPlan};
 use moe_reference::layer::{self, LayerInputs, Options};
 use ndarray::{array, Array, Array2, Dimension};
@@ -74,17 +75,17 @@ proptest! {
 #[test]
 fn skewed_and_empty_ranks_and_unused_slots() {
     // 8 experts over 4 ranks; every token routes to experts 0 and 1 (rank 0): ranks 1-3 receive no rows
-    let cfg = config(6, 8, 4, 8, 2);
+    let cfg = MoeConfig::swiglu(6, 8, 4, 8, 2);
     let ids = Array2::from_shape_fn((6, 2), |(_, j)| j as i32);
     matches_single_rank(&given_case(cfg.clone(), ids, 1), 4);
     // fewer tokens than ranks: ranks 1-7 own no tokens
-    let one = config(1, 8, 4, 8, 3);
+    let one = MoeConfig::swiglu(1, 8, 4, 8, 3);
     matches_single_rank(&given_case(one, array![[7, 0, 3]], 2), 8);
     // every slot -1: nothing travels, the outputs and gradients are zeros
     let none = Array2::from_elem((6, 2), -1);
     matches_single_rank(&given_case(cfg.clone(), none, 3), 2);
     // no tokens at all
-    matches_single_rank(&given_case(config(0, 8, 4, 8, 2), Array2::zeros((0, 2)), 4), 4);
+    matches_single_rank(&given_case(MoeConfig::swiglu(0, 8, 4, 8, 2), Array2::zeros((0, 2)), 4), 4);
 }
 
 #[test]

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use moe_reference::config::{Groups, Score};
 use moe_reference::layer::{self, Options};
-use moe_reference::{Activation, Routing};
+use moe_reference::{Activation, MoeConfig, Routing};
 use ndarray::{array, Array1, Array2, Array3, Axis};
 
 fn is_pos_zero(v: f64) -> bool {
@@ -66,7 +66,7 @@ fn idle_experts_have_exactly_zero_weight_grads() {
         ids[[0, 0]] = 1;
         ids[[1, 0]] = 4;
         ids[[2, 0]] = 6;
-        let mut cfg = config(t, 6, 3, e, k);
+        let mut cfg = MoeConfig::swiglu(t, 6, 3, e, k);
         cfg.ep_ranks = [1, 2, 4, 8][seed as usize % 4];
         let inp = given_case(cfg, ids.clone(), seed);
         let (fwd, bwd) = run_default(&inp);
@@ -110,7 +110,7 @@ fn unselected_expert_gets_no_router_gradient_under_sigmoid() {
     let mut rw = Array2::from_shape_fn((e, h), |_| g.normal() * 0.3);
     rw.row_mut(3).fill(-3.0);
     for score in [Score::Sigmoid, Score::Softmax] {
-        let mut cfg = config(t, h, 3, e, k);
+        let mut cfg = MoeConfig::swiglu(t, h, 3, e, k);
         cfg.routing = routing(score, false, 1.0, None);
         let mut inp = routed_case(cfg, rw.clone(), None, 11);
         inp.x = x.clone();
@@ -142,7 +142,7 @@ fn all_tokens_on_one_expert() {
         let (t, e) = (10, 4);
         let mut ids = Array2::from_elem((t, k), -1i32);
         ids.column_mut(0).fill(2);
-        let mut cfg = config(t, 8, 5, e, k);
+        let mut cfg = MoeConfig::swiglu(t, 8, 5, e, k);
         cfg.ep_ranks = 2;
         let inp = given_case(cfg, ids, seed);
         let (fwd, bwd) = run_default(&inp);
@@ -183,7 +183,7 @@ fn k_equals_experts() {
             ids[[tok, j]] = p as i32;
         }
     }
-    let inp = given_case(config(t, 6, 3, e, e), ids, 4);
+    let inp = given_case(MoeConfig::swiglu(t, 6, 3, e, e), ids, 4);
     let (fwd, _) = run_default(&inp);
     assert_eq!(
         fwd.rows.expert_offsets,
@@ -196,7 +196,7 @@ fn k_equals_experts() {
         (Score::Softmax, false),
         (Score::Sigmoid, true),
     ] {
-        let mut cfg = config(t, 6, 3, e, e);
+        let mut cfg = MoeConfig::swiglu(t, 6, 3, e, e);
         cfg.routing = routing(score, normalize, 1.0, None);
         let rw = Array2::from_shape_fn((e, 6), |_| g.normal());
         let inp = routed_case(cfg, rw, None, 6);
@@ -218,9 +218,9 @@ fn k_equals_experts() {
 #[test]
 fn single_token() {
     let mut g = Gen::new(9);
-    let inp = given_case(config(1, 12, 6, 6, 3), array![[4, -1, 0]], 8);
+    let inp = given_case(MoeConfig::swiglu(1, 12, 6, 6, 3), array![[4, -1, 0]], 8);
     assert_checked(check_against_naive(&inp, 9));
-    let mut cfg = config(1, 12, 6, 6, 3);
+    let mut cfg = MoeConfig::swiglu(1, 12, 6, 6, 3);
     cfg.routing = routing(
         Score::Sigmoid,
         true,
@@ -242,7 +242,7 @@ fn empty_batch() {
     let (h, i, e, k) = (6, 3, 4, 2);
     let mut g = Gen::new(1);
     let rw = Array2::from_shape_fn((e, h), |_| g.normal());
-    let mut cases = vec![given_case(config(0, h, i, e, k), Array2::zeros((0, k)), 1)];
+    let mut cases = vec![given_case(MoeConfig::swiglu(0, h, i, e, k), Array2::zeros((0, k)), 1)];
     for r in [
         routing(Score::Softmax, true, 1.0, None),
         routing(
@@ -255,7 +255,7 @@ fn empty_batch() {
             }),
         ),
     ] {
-        let mut cfg = config(0, h, i, e, k);
+        let mut cfg = MoeConfig::swiglu(0, h, i, e, k);
         cfg.routing = r;
         cfg.ep_ranks = 2;
         cases.push(routed_case(cfg, rw.clone(), None, 2));
@@ -304,7 +304,7 @@ fn empty_batch() {
 fn token_with_every_slot_unused() {
     let (t, h, e, k) = (4, 8, 5, 3);
     let ids = array![[0, 3, -1], [-1, -1, -1], [4, 1, 2], [2, -1, 0]];
-    let inp = given_case(config(t, h, 4, e, k), ids, 21);
+    let inp = given_case(MoeConfig::swiglu(t, h, 4, e, k), ids, 21);
     let (fwd, bwd) = run_default(&inp);
     assert!(
         fwd.y.row(1).iter().all(|&v| is_pos_zero(v)),
@@ -353,7 +353,7 @@ fn softmax_unnormalized() {
     let (t, h, e, k) = (6, 10, 8, 3);
     let mut g = Gen::new(31);
     let rw = Array2::from_shape_fn((e, h), |_| g.normal() * 0.6);
-    let mut cfg = config(t, h, 4, e, k);
+    let mut cfg = MoeConfig::swiglu(t, h, 4, e, k);
     cfg.routing = routing(Score::Softmax, false, 1.5, None);
     let inp = routed_case(cfg, rw, None, 32);
     let (fwd, _) = run_default(&inp);
@@ -385,7 +385,7 @@ fn softmax_normalized() {
     let (t, h, e, k) = (6, 10, 8, 3);
     let mut g = Gen::new(41);
     let rw = Array2::from_shape_fn((e, h), |_| g.normal() * 0.6);
-    let mut cfg = config(t, h, 4, e, k);
+    let mut cfg = MoeConfig::swiglu(t, h, 4, e, k);
     cfg.routing = routing(Score::Softmax, true, 1.0, None);
     let inp = routed_case(cfg, rw, None, 42);
     let (fwd, _) = run_default(&inp);
@@ -412,7 +412,7 @@ fn sigmoid_deepseek_groups_and_bias() {
         topk_group: 2,
     });
     let make = |groups: Option<Groups>, bias: [f64; 8]| {
-        let mut cfg = config(2, 1, 3, e, k);
+        let mut cfg = MoeConfig::swiglu(2, 1, 3, e, k);
         cfg.routing = routing(Score::Sigmoid, true, 2.5, groups);
         let mut inp = routed_case(cfg, rw.clone(), Some(Array1::from(bias.to_vec())), 51);
         inp.x = array![[1.0], [-1.0]];
@@ -459,7 +459,7 @@ fn sigmoid_deepseek_groups_and_bias() {
     assert_checked(check_against_naive(&inp, 52));
     // And a random DeepSeek-shaped batch.
     let mut g = Gen::new(53);
-    let mut cfg = config(12, 16, 6, e, k);
+    let mut cfg = MoeConfig::swiglu(12, 16, 6, e, k);
     cfg.routing = routing(Score::Sigmoid, true, 2.5, groups);
     let rw = Array2::from_shape_fn((e, 16), |_| g.normal() * 0.5);
     let bias = Array1::from_shape_fn(e, |_| g.normal() * 0.1);
@@ -482,7 +482,7 @@ fn routing_scaling() {
         (Score::Sigmoid, false),
     ] {
         let with = |scaling: f64| {
-            let mut cfg = config(t, h, 4, e, k);
+            let mut cfg = MoeConfig::swiglu(t, h, 4, e, k);
             cfg.routing = routing(score, normalize, scaling, None);
             // The format defines the selection bias for sigmoid routing only.
             let b = (score == Score::Sigmoid).then(|| bias.clone());
@@ -535,7 +535,7 @@ fn router_ties_go_to_lower_index() {
     let x = Array2::from_shape_fn((3, h), |_| 0.5 + g.unit()); // positive, so `top` wins
     for score in [Score::Softmax, Score::Sigmoid] {
         for (k, want) in [(1, vec![1]), (2, vec![1, 3]), (3, vec![1, 3, 5])] {
-            let mut cfg = config(3, h, 2, e, k);
+            let mut cfg = MoeConfig::swiglu(3, h, 2, e, k);
             cfg.routing = routing(score, true, 1.0, None);
             let mut inp = routed_case(cfg, rw.clone(), None, 72);
             inp.x = x.clone();
@@ -553,7 +553,7 @@ fn router_ties_go_to_lower_index() {
     }
     // All logits equal (zero router): ids 0..k, softmax weights 1/E, sigmoid weights 1/2.
     for (score, w) in [(Score::Softmax, 1.0 / 8.0), (Score::Sigmoid, 0.5)] {
-        let mut cfg = config(2, h, 2, e, 3);
+        let mut cfg = MoeConfig::swiglu(2, h, 2, e, 3);
         cfg.routing = routing(score, false, 1.0, None);
         let inp = routed_case(cfg, Array2::zeros((e, h)), None, 73);
         let fwd = layer::forward(&inp, Options::default());
@@ -568,7 +568,7 @@ fn router_ties_go_to_lower_index() {
     rw.row_mut(3).assign(&a);
     rw.row_mut(6).assign(&a);
     rw.row_mut(7).assign(&b);
-    let mut cfg = config(3, h, 2, e, 2);
+    let mut cfg = MoeConfig::swiglu(3, h, 2, e, 2);
     cfg.routing = routing(
         Score::Sigmoid,
         true,
@@ -599,7 +599,7 @@ fn clamped_swiglu_values_and_gradients() {
     let gate = [-3.0, 0.5, 7.0, 9.0, -9.0];
     let up = [8.0, -9.0, 7.0, -7.0, 0.5];
     let i_n = gate.len();
-    let mut cfg = config(1, 1, i_n, 1, 1);
+    let mut cfg = MoeConfig::swiglu(1, 1, i_n, 1, 1);
     cfg.activation = Activation::SwigluClamped { alpha, limit };
     let mut inp = given_case(cfg, array![[0]], 81);
     inp.x = array![[1.0]];
@@ -654,7 +654,7 @@ fn clamped_swiglu_values_and_gradients() {
     // Random clamped layers against the naive one (cases near a kink are skipped, so try a few).
     let mut checked = 0;
     for seed in 0..8u64 {
-        let mut cfg = config(9, 12, 8, 4, 2);
+        let mut cfg = MoeConfig::swiglu(9, 12, 8, 4, 2);
         cfg.activation = Activation::SwigluClamped { alpha, limit: 0.8 };
         let mut g = Gen::new(seed);
         let mut ids = Array2::zeros((9, 2));
@@ -706,7 +706,7 @@ fn saturated_router_gradient_is_accurate() {
     let mut bad = Vec::new();
     for score in [Score::Sigmoid, Score::Softmax] {
         for l in [18.0, 23.0, 30.0] {
-            let mut cfg = config(1, 1, 2, 2, 1);
+            let mut cfg = MoeConfig::swiglu(1, 1, 2, 2, 1);
             cfg.routing = routing(score, false, 1.0, None);
             let mut inp = routed_case(cfg, array![[l], [0.0]], None, 91);
             inp.x = array![[1.0]];

@@ -849,10 +849,6 @@ pub fn check_against_naive(inp: &LayerInputs, dir_seed: u64) -> Naive {
 // Small constructors for the edge tests
 // ---------------------------------------------------------------------------------------------------
 
-pub fn config(t: usize, h: usize, i: usize, e: usize, k: usize) -> MoeConfig {
-    MoeConfig::swiglu(t, h, i, e, k)
-}
-
 /// Random data for `cfg` with the given routing (ids + weights).
 pub fn given_case(cfg: MoeConfig, ids: Array2<i32>, seed: u64) -> LayerInputs {
     let mut g = Gen::new(seed);
