@@ -77,20 +77,10 @@ __device__ __forceinline__ void mbar_arrive_cp_async(unsigned bar) {
 // sleep_ns: a sleep between polls (0: none, the default). WS_WAIT_BACKOFF=NS (experiment, session 23) gives
 // every wait one, to test whether racecheck's stall on the padding skips' GEMM1 is the cost of recording a spinning
 // warpgroup's polls; WS_SKIP_WAIT_BACKOFF (below) gives one to the skipping warpgroup's waits only.
-// WARP: the whole warp polls as one (a vote after every poll; every lane of the warp must call): a lane leaves
-// only when every lane has seen the phase complete. Why (session 25, a hypothesis, WS_SKIP_WAIT_UNIFORM): a lane
-// that leaves a per-lane poll early may run a whole ring of stages ahead of a lane still polling (nothing in the
-// skipping warpgroup's k-loop but this wait and lane 0's release); once lane 0 has released the stage and the
-// producer has refilled it, the phase parity the lagging lane polls for has come and gone, and it waits a round
-// more, which the warp's next convergence point then turns into a hang. On the GPU the lanes stay together in
-// practice (every gpu_fast and bench run of the skips finished); compute-sanitizer's instrumented execution may
-// schedule them apart, and racecheck stalled in the skips' row GEMMs only. Against it: the skipping warpgroup
-// still runs wgmma.wait_group (.sync.aligned) every k-tile, which should keep the lanes within one k-tile of each
-// other, unless the instrumented code does not converge there. s25c.sh tests it.
 #ifndef WS_WAIT_BACKOFF
 #define WS_WAIT_BACKOFF 0
 #endif
-template <bool CLUSTER = false, bool WARP = false>
+template <bool CLUSTER = false>
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity, unsigned sleep_ns = WS_WAIT_BACKOFF) {
     unsigned done = 0;
     while (!done) {
@@ -106,7 +96,6 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity, unsigne
                 : "=r"(done)
                 : "r"(bar), "r"(parity)
                 : "memory");
-        if (WARP) done = __all_sync(0xffffffffu, done);
         if (!done && sleep_ns) __nanosleep(sleep_ns);
     }
 }
@@ -381,8 +370,11 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 //   but one earlier run of the same four on the same machine gave no verdict in 90 s: the stall is rarer, not
 //   gone, so the skips stay off (B/A 0.996 on both presets, bitwise, gpu_fast, synccheck, initcheck clean).
 //   Session 25: with the launches drained, the stalled runs (2 of 5 with the backoff) stopped in GEMM2 (ws_rows):
-//   any row GEMM's skip, not GEMM1's alone. Candidates (s25c.sh, not yet run): WS_SKIP_WAIT_UNIFORM below (if
-//   lanes drift apart), or a longer WS_SKIP_WAIT_BACKOFF (if racecheck is only slowed by recording the polls).
+//   any row GEMM's skip, not GEMM1's alone. Session 26 (s25c.sh) ruled out both candidate causes: lanes of the
+//   skipping warp drifting apart (a warp-uniform poll, `__all_sync` after every try_wait: 2 of 4 runs stalled)
+//   and racecheck merely slowed by recording the polls (a 1000 ns backoff: 2 of 4 stalled; the 64 ns build given
+//   130 s: 2 of 3 stalled, where a clean run takes 7-27 s). It is a hang of the instrumented run, cause unknown;
+//   the skips stay off (the warp-uniform poll was removed).
 #ifndef WS_SKIP_EMPTY_WG
 #define WS_SKIP_EMPTY_WG 0
 #endif
@@ -391,11 +383,6 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 //   GEMM1 stall rarer, not gone; see above).
 #ifndef WS_SKIP_WAIT_BACKOFF
 #define WS_SKIP_WAIT_BACKOFF 0
-#endif
-// WS_SKIP_WAIT_UNIFORM=1: the skipping warpgroup's waits poll warp-uniformly (mbar_wait's WARP; session 25: the
-//   racecheck stall's suspected cause, lanes of a skipping warp drifting apart; not yet run on a GPU).
-#ifndef WS_SKIP_WAIT_UNIFORM
-#define WS_SKIP_WAIT_UNIFORM 0
 #endif
 // WS_SKIP_EMPTY_K: the weight gradients' last k-tile of each expert issues the wgmma of its 16-row slices that
 //   hold rows only (the others are zero-filled: ~3% of the weight gradients' MMA work at ~1024 rows an expert).
@@ -1007,11 +994,6 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 mbar_wait(full0 + 8 * s, phase);
                 c_full += clock64() - cw;
                 if (kt == 0) c_full0 += clock64() - cw;
-#elif WS_SKIP_EMPTY_WG && WS_SKIP_WAIT_UNIFORM
-                if (skip)
-                    mbar_wait<false, true>(full0 + 8 * s, phase, WS_SKIP_WAIT_BACKOFF);
-                else
-                    mbar_wait(full0 + 8 * s, phase);
 #elif WS_SKIP_EMPTY_WG && WS_SKIP_WAIT_BACKOFF
                 mbar_wait(full0 + 8 * s, phase, skip ? WS_SKIP_WAIT_BACKOFF : WS_WAIT_BACKOFF);
 #else

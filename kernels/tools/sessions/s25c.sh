@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Ran in session 26, results in BENCHMARKS.md "Session 26". WS_SKIP_WAIT_UNIFORM was removed after it: to rerun the
+# script as it ran, check out commit a7365a8.)
 # Session 25, prepared for the first call of session 26 (stage first: bash kernels/tools/stage_gpu.sh; carry
 # [".gpu"]; at most ~9 minutes; stops starting runs at 380 s). s25a-s25b: racecheck of the padding skips' candidate (CAND) on edge case 10
 # gave no verdict in 4 of 10 runs (40-45 s limits); with the launches drained both stalls were in gemm2
