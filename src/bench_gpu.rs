@@ -63,7 +63,16 @@ pub struct BenchGpuArgs {
     /// times, whether the outputs are bitwise the same, and B's oracle check. One engine; not with --baseline.
     #[arg(long)]
     pub ab: Option<String>,
+    /// Milliseconds of the timed work run back to back before each timed phase (0: none, the default: the
+    /// reps follow 3 warm-up passes, a burst of well under a second, as the baseline script's do). A training
+    /// run keeps the GPU at its power cap; heat measures that state. With --baseline, the script gets the
+    /// same `--heat-ms`: give it `.gpu/bench/torch_moe_heated.py`, the baseline with that option. At most 600000.
+    #[arg(long, default_value_t = 0)]
+    pub heat_ms: u64,
 }
+
+/// `--heat-ms`'s bound: ten minutes, a device call's whole limit.
+const MAX_HEAT_MS: u64 = 600_000;
 
 /// The environment variables of the layer's switches (`layer_switches`).
 const LAYER_VARIABLES: [&str; 5] = ["MOE_FAST_GATHER_FIRST", "MOE_FAST_GEMM1_GATHER_FIRST", "MOE_FAST_SAVE_X_ROWS", "MOE_FAST_RASTER_M", "MOE_FAST_DY_ROWS_FROM_DA"];
@@ -193,9 +202,12 @@ fn spread(mut v: Vec<f32>) -> (f32, f32, f32) {
 }
 
 /// Run the PyTorch baseline script, returning its (forward ms, forward+backward ms).
-fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool) -> Result<(f64, f64), CliError> {
+fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool, heat_ms: u64) -> Result<(f64, f64), CliError> {
     let mut cmd = Process::new("python3");
     cmd.arg(script).args(["--preset", preset, "--tokens", &tokens.to_string()]);
+    if heat_ms > 0 {
+        cmd.args(["--heat-ms", &heat_ms.to_string()]);
+    }
     if compiled {
         cmd.arg("--compile");
     }
@@ -227,13 +239,14 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
         layer.backward().map_err(gpu_err)?;
     }
     layer.sync().map_err(gpu_err)?;
+    heat(layer, args.heat_ms, |l| l.forward())?;
     let fwd = layer.median_ms(args.reps, |l| l.forward()).map_err(gpu_err)?;
-    let both = layer
-        .median_ms(args.reps, |l| {
-            l.forward()?;
-            l.backward()
-        })
-        .map_err(gpu_err)?;
+    let fwd_bwd = |l: &mut FastLayer| {
+        l.forward()?;
+        l.backward()
+    };
+    heat(layer, args.heat_ms, fwd_bwd)?;
+    let both = layer.median_ms(args.reps, fwd_bwd).map_err(gpu_err)?;
     // selective recomputation: keep only X and the routing, recompute H before the backward
     let recompute = layer
         .median_ms(args.reps, |l| {
@@ -278,6 +291,22 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
     println!("device memory beyond the inputs: {:.0} MiB activations + workspaces (incl. transposed weights), {:.0} MiB gradients", work as f64 / 1048576.0, grads as f64 / 1048576.0);
 
     Ok((fwd, both, oracle_check(layer, args, ids, w)?))
+}
+
+/// Run `work` back to back, each pass synchronised as the timed reps are, until `ms` milliseconds have passed
+/// (`--heat-ms`); prints how many passes that took.
+fn heat<F: FnMut(&mut FastLayer) -> Result<(), GpuError>>(layer: &mut FastLayer, ms: u64, mut work: F) -> Result<(), CliError> {
+    if ms == 0 {
+        return Ok(());
+    }
+    let (start, mut passes) = (std::time::Instant::now(), 0u64);
+    while start.elapsed().as_millis() < ms as u128 {
+        work(layer).map_err(gpu_err)?;
+        layer.sync().map_err(gpu_err)?;
+        passes += 1;
+    }
+    println!("heat: {passes} passes in {:.0} ms before the timed reps", start.elapsed().as_secs_f64() * 1e3);
+    Ok(())
 }
 
 /// The oracle check of the layer's last forward+backward on `args.check_tokens` tokens (spread over the
@@ -349,6 +378,11 @@ fn ab_measure<'g>(a: &mut FastLayer<'g>, b: &mut FastLayer<'g>, args: &BenchGpuA
         pass(a)?;
         pass(b)?;
     }
+    // (--heat-ms: A alone heats; the rounds then alternate, so B runs as hot)
+    heat(a, args.heat_ms, |l| {
+        l.forward()?;
+        l.backward()
+    })?;
     let (mut ta, mut tb, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..args.reps.max(1) {
         let (x, y) = if r % 2 == 0 {
@@ -446,6 +480,9 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
         return Err(fail("--tokens must be positive".into()));
     }
     check_size(&args.preset, t, h, k)?;
+    if args.heat_ms > MAX_HEAT_MS {
+        return Err(fail(format!("--heat-ms {}: at most {MAX_HEAT_MS} (ten minutes)", args.heat_ms)));
+    }
     let mut engines: Vec<Engine> = Vec::new();
     for name in args.engines.split(',').map(str::trim) {
         match ENGINES.iter().find(|(n, _)| *n == name) {
@@ -522,8 +559,8 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     drop(layer);
 
     if let Some(script) = &args.baseline {
-        let (pf, pb) = baseline(script, &args.preset, t, false)?;
-        let (cf, cb) = baseline(script, &args.preset, t, true)?;
+        let (pf, pb) = baseline(script, &args.preset, t, false, args.heat_ms)?;
+        let (cf, cb) = baseline(script, &args.preset, t, true, args.heat_ms)?;
         let (best_f, best_b) = (pf.min(cf), pb.min(cb));
         println!("| impl | fwd ms | fwd+bwd ms | fwd+bwd TFLOP/s |");
         for (name, f, b) in &results {
@@ -544,7 +581,7 @@ mod tests {
     use super::*;
 
     fn args(preset: &str, tokens: usize, engines: &str) -> BenchGpuArgs {
-        BenchGpuArgs { preset: preset.into(), tokens, check_tokens: 1, check_wgrad: 1, reps: 1, stages: 3, baseline: None, engines: engines.into(), seed: 1, ab: None }
+        BenchGpuArgs { preset: preset.into(), tokens, check_tokens: 1, check_wgrad: 1, reps: 1, stages: 3, baseline: None, engines: engines.into(), seed: 1, ab: None, heat_ms: 0 }
     }
 
     #[test]
@@ -556,6 +593,7 @@ mod tests {
             (args("qwen3-30b-a3b", 1 << 28, "ws"), "exceed the kernels' 32-bit row indices"),
             (args("qwen3-235b-a22b", 50_000_000, "ws"), "more than one GPU holds"),
             (args("qwen3-30b-a3b", 16, "mma,tpu"), "unknown engine"),
+            (BenchGpuArgs { heat_ms: MAX_HEAT_MS + 1, ..args("qwen3-30b-a3b", 16, "ws") }, "--heat-ms 600001: at most 600000"),
             (with_ab("ws", "MOE_FAST_DEFINES"), "is not NAME=VALUE"),
             (with_ab("ws", "MOE_FAST_STAGES=3"), "MOE_FAST_STAGES is not a setting"),
             (with_ab("ws", " ; "), "no settings given"),

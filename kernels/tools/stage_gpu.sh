@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stage only what kernels/tools/device_call.sh and the session scripts need into .gpu/ (git-ignored): the
-# moe-oracle binary, the gpu_fast, gpu_layer and layer_api test binaries, the PyTorch baseline scripts, and
+# moe-oracle binary, the gpu_fast, gpu_layer and layer_api test binaries, the PyTorch baseline scripts (and kernels/tools/torch_moe_heated.py beside them), and
 # the gpu_fast fuzz target when it has been built (`cargo +nightly fuzz build gpu_fast --release`).
 # ../shared/tools/gpu-pack stages every test binary (~84 MB), more than the 64 MiB a device call may carry
 # with the working tree; this stays near 30 MB. Run from the repository root:
@@ -17,7 +17,7 @@ for t in gpu_fast gpu_layer layer_api; do
         python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
     cp "$exe" .gpu/bin/$t
 done
-cp ../shared/bench/*.py .gpu/bench/
+cp ../shared/bench/*.py kernels/tools/torch_moe_heated.py .gpu/bench/
 fz=fuzz/target/x86_64-unknown-linux-gnu/release/gpu_fast
 if [ -x $fz ]; then mkdir -p .gpu/fuzz && cp $fz .gpu/fuzz/; fi
 for f in .gpu/bin/* .gpu/fuzz/*; do [ -f "$f" ] && strip --strip-debug "$f"; done
