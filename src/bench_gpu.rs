@@ -216,6 +216,9 @@ fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool, heat_
     let line = text.lines().rev().find(|l| l.trim_start().starts_with('{'));
     let Some(line) = line.filter(|_| out.status.success()) else {
         let err = String::from_utf8_lossy(&out.stderr);
+        if heat_ms > 0 && err.contains("unrecognized arguments: --heat-ms") {
+            return Err(fail(format!("{} does not take --heat-ms: give --baseline .gpu/bench/torch_moe_heated.py (kernels/tools/, staged beside the baseline)", script.display())));
+        }
         return Err(fail(format!("the baseline failed ({}): {}", out.status, err.lines().last().unwrap_or(""))));
     };
     println!("baseline{}: {line}", if compiled { " --compile" } else { "" });
