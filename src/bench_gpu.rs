@@ -486,6 +486,10 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     if args.heat_ms > MAX_HEAT_MS {
         return Err(fail(format!("--heat-ms {}: at most {MAX_HEAT_MS} (ten minutes)", args.heat_ms)));
     }
+    // (checked before the GPU work, which a typo would otherwise waste)
+    if let Some(script) = args.baseline.as_ref().filter(|s| !s.is_file()) {
+        return Err(fail(format!("--baseline {}: no such file (bash kernels/tools/stage_gpu.sh stages the baselines into .gpu/bench/)", script.display())));
+    }
     let mut engines: Vec<Engine> = Vec::new();
     for name in args.engines.split(',').map(str::trim) {
         match ENGINES.iter().find(|(n, _)| *n == name) {
@@ -597,6 +601,7 @@ mod tests {
             (args("qwen3-235b-a22b", 50_000_000, "ws"), "more than one GPU holds"),
             (args("qwen3-30b-a3b", 16, "mma,tpu"), "unknown engine"),
             (BenchGpuArgs { heat_ms: MAX_HEAT_MS + 1, ..args("qwen3-30b-a3b", 16, "ws") }, "--heat-ms 600001: at most 600000"),
+            (BenchGpuArgs { baseline: Some("/nonexistent/torch_moe_baseline.py".into()), ..args("qwen3-30b-a3b", 16, "ws") }, "--baseline /nonexistent/torch_moe_baseline.py: no such file"),
             (with_ab("ws", "MOE_FAST_DEFINES"), "is not NAME=VALUE"),
             (with_ab("ws", "MOE_FAST_STAGES=3"), "MOE_FAST_STAGES is not a setting"),
             (with_ab("ws", " ; "), "no settings given"),
