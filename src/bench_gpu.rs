@@ -244,10 +244,6 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
     layer.sync().map_err(gpu_err)?;
     heat(layer, args.heat_ms, |l| l.forward())?;
     let fwd = layer.median_ms(args.reps, |l| l.forward()).map_err(gpu_err)?;
-    let fwd_bwd = |l: &mut FastLayer| {
-        l.forward()?;
-        l.backward()
-    };
     heat(layer, args.heat_ms, fwd_bwd)?;
     let both = layer.median_ms(args.reps, fwd_bwd).map_err(gpu_err)?;
     // selective recomputation: keep only X and the routing, recompute H before the backward
@@ -294,6 +290,12 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
     println!("device memory beyond the inputs: {:.0} MiB activations + workspaces (incl. transposed weights), {:.0} MiB gradients", work as f64 / 1048576.0, grads as f64 / 1048576.0);
 
     Ok((fwd, both, oracle_check(layer, args, ids, w)?))
+}
+
+/// One forward+backward pass (asynchronous), the work of the forward+backward timings.
+fn fwd_bwd(l: &mut FastLayer) -> Result<(), GpuError> {
+    l.forward()?;
+    l.backward()
 }
 
 /// Run `work` back to back, each pass synchronised as the timed reps are, until `ms` milliseconds have passed
@@ -370,22 +372,13 @@ fn kernel_medians(layers: &mut [&mut FastLayer], passes: usize) -> Result<Vec<Ve
 /// `--ab`: time layers A and B (same inputs, same engine, other settings) rep by rep in the order A B B A
 /// A B ..., then per kernel, then compare their outputs bitwise and check B against the oracle.
 fn ab_measure<'g>(a: &mut FastLayer<'g>, b: &mut FastLayer<'g>, args: &BenchGpuArgs, ids: &[i32], w: &[f32]) -> Result<Option<String>, CliError> {
-    let pass = |l: &mut FastLayer| -> Result<f32, CliError> {
-        l.median_ms(1, |l| {
-            l.forward()?;
-            l.backward()
-        })
-        .map_err(gpu_err)
-    };
+    let pass = |l: &mut FastLayer| -> Result<f32, CliError> { l.median_ms(1, fwd_bwd).map_err(gpu_err) };
     for _ in 0..3 {
         pass(a)?;
         pass(b)?;
     }
     // (--heat-ms: A alone heats; the rounds then alternate, so B runs as hot)
-    heat(a, args.heat_ms, |l| {
-        l.forward()?;
-        l.backward()
-    })?;
+    heat(a, args.heat_ms, fwd_bwd)?;
     let (mut ta, mut tb, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..args.reps.max(1) {
         let (x, y) = if r % 2 == 0 {
