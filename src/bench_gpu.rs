@@ -13,6 +13,7 @@ use clap::Args;
 use half::bf16;
 use moe_kernels::fast::check::{check, HostCase, Scope};
 use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, KernelSettings, KernelTime, TileOrder, ENGINES};
+use moe_kernels::energy::{energy_summary, EnergyMeter};
 use moe_kernels::{Gpu, GpuError};
 use moe_reference::config::Activation;
 use moe_reference::dispatch::RowMap;
@@ -221,7 +222,12 @@ fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool, heat_
         }
         return Err(fail(format!("the baseline failed ({}): {}", out.status, err.lines().last().unwrap_or(""))));
     };
-    println!("baseline{}: {line}", if compiled { " --compile" } else { "" });
+    let label = if compiled { "baseline --compile" } else { "baseline" };
+    // the heated wrapper's lines (passes and joules of each heat) go to stderr, its JSON to stdout
+    for l in String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.starts_with("heat:") || l.starts_with("energy:")) {
+        println!("{label} {l}");
+    }
+    println!("{label}: {line}");
     let v: serde_json::Value = serde_json::from_str(line).map_err(|e| fail(format!("baseline output: {e}")))?;
     match (v["fwd_ms"].as_f64(), v["fwd_bwd_ms"].as_f64()) {
         (Some(f), Some(b)) => Ok((f, b)),
@@ -232,7 +238,7 @@ fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool, heat_
 /// Warm up, time forward and forward+backward (medians), per-kernel times, and the oracle check, for the
 /// layer's current engine. Returns (forward ms, forward+backward ms, the check's failure if it failed): a
 /// failed check is reported after the remaining measurements, so one run shows every engine.
-fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (h, i, e, k): (usize, usize, usize, usize)) -> Result<(f32, f32, Option<String>), CliError> {
+fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, heat: &Heat, ids: &[i32], w: &[f32], (h, i, e, k): (usize, usize, usize, usize)) -> Result<(f32, f32, Option<String>), CliError> {
     let t = args.tokens;
     let flops = 2.0 * (t * k) as f64 * 3.0 * (h * i) as f64;
     let tf = |f: f64, ms: f32| f / (ms as f64 * 1e-3) / 1e12;
@@ -242,9 +248,9 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32], (
         layer.backward().map_err(gpu_err)?;
     }
     layer.sync().map_err(gpu_err)?;
-    heat(layer, args.heat_ms, |l| l.forward())?;
+    heat.run(layer, |l| l.forward())?;
     let fwd = layer.median_ms(args.reps, |l| l.forward()).map_err(gpu_err)?;
-    heat(layer, args.heat_ms, fwd_bwd)?;
+    heat.run(layer, fwd_bwd)?;
     let both = layer.median_ms(args.reps, fwd_bwd).map_err(gpu_err)?;
     // selective recomputation: keep only X and the routing, recompute H before the backward
     let recompute = layer
@@ -298,20 +304,41 @@ fn fwd_bwd(l: &mut FastLayer) -> Result<(), GpuError> {
     l.backward()
 }
 
-/// Run `work` back to back, each pass synchronised as the timed reps are, until `ms` milliseconds have passed
-/// (`--heat-ms`); prints how many passes that took.
-fn heat<F: FnMut(&mut FastLayer) -> Result<(), GpuError>>(layer: &mut FastLayer, ms: u64, mut work: F) -> Result<(), CliError> {
-    if ms == 0 {
-        return Ok(());
+/// `--heat-ms`: how long to run the timed work before timing it, and the GPU's energy counter, read around
+/// that work (None when NVML is not there: the heat still runs, without joules).
+struct Heat {
+    ms: u64,
+    meter: Option<EnergyMeter>,
+}
+
+impl Heat {
+    /// Opens the energy counter only when there is heat to measure; says once why there are no joules.
+    fn new(gpu: &Gpu, ms: u64) -> Heat {
+        let meter = (ms > 0).then(|| EnergyMeter::open(gpu)).and_then(|m| m.map_err(|e| println!("energy: not measured ({e})")).ok());
+        Heat { ms, meter }
     }
-    let (start, mut passes) = (std::time::Instant::now(), 0u64);
-    while start.elapsed().as_millis() < ms as u128 {
-        work(layer).map_err(gpu_err)?;
-        layer.sync().map_err(gpu_err)?;
-        passes += 1;
+
+    /// Run `work` back to back, each pass synchronised as the timed reps are, until `ms` milliseconds have
+    /// passed; prints how many passes that took and, with the counter, the energy they used.
+    fn run<F: FnMut(&mut FastLayer) -> Result<(), GpuError>>(&self, layer: &mut FastLayer, mut work: F) -> Result<(), CliError> {
+        if self.ms == 0 {
+            return Ok(());
+        }
+        let read = || self.meter.as_ref().and_then(|m| m.millijoules().map_err(|e| println!("energy: {e}")).ok());
+        let (start, mut passes, mj0) = (std::time::Instant::now(), 0u64, read());
+        while start.elapsed().as_millis() < self.ms as u128 {
+            work(layer).map_err(gpu_err)?;
+            layer.sync().map_err(gpu_err)?;
+            passes += 1;
+        }
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        let energy = match (mj0, read()) {
+            (Some(a), Some(b)) => format!(": {}", energy_summary(passes, ms, b.saturating_sub(a))),
+            _ => String::new(),
+        };
+        println!("heat: {passes} passes in {ms:.0} ms before the timed reps{energy}");
+        Ok(())
     }
-    println!("heat: {passes} passes in {:.0} ms before the timed reps", start.elapsed().as_secs_f64() * 1e3);
-    Ok(())
 }
 
 /// The oracle check of the layer's last forward+backward on `args.check_tokens` tokens (spread over the
@@ -371,14 +398,14 @@ fn kernel_medians(layers: &mut [&mut FastLayer], passes: usize) -> Result<Vec<Ve
 
 /// `--ab`: time layers A and B (same inputs, same engine, other settings) rep by rep in the order A B B A
 /// A B ..., then per kernel, then compare their outputs bitwise and check B against the oracle.
-fn ab_measure<'g>(a: &mut FastLayer<'g>, b: &mut FastLayer<'g>, args: &BenchGpuArgs, ids: &[i32], w: &[f32]) -> Result<Option<String>, CliError> {
+fn ab_measure<'g>(a: &mut FastLayer<'g>, b: &mut FastLayer<'g>, args: &BenchGpuArgs, heat: &Heat, ids: &[i32], w: &[f32]) -> Result<Option<String>, CliError> {
     let pass = |l: &mut FastLayer| -> Result<f32, CliError> { l.median_ms(1, fwd_bwd).map_err(gpu_err) };
     for _ in 0..3 {
         pass(a)?;
         pass(b)?;
     }
     // (--heat-ms: A alone heats; the rounds then alternate, so B runs as hot)
-    heat(a, args.heat_ms, fwd_bwd)?;
+    heat.run(a, fwd_bwd)?;
     let (mut ta, mut tb, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..args.reps.max(1) {
         let (x, y) = if r % 2 == 0 {
@@ -501,6 +528,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     let gpu = Gpu::open(0).map_err(gpu_err)?;
     let settings = KernelSettings::from_env();
     let kern = FastKernels::load_with(&gpu, args.stages, &settings).map_err(gpu_err)?;
+    let heat = Heat::new(&gpu, args.heat_ms);
     println!("GPU: {} ({}), fast kernels: wgmma row GEMMs {}, mma.sync ({} cp.async stages)", gpu.name, kern.arch, if kern.wgmma { "available" } else { "unavailable" }, kern.stages);
     let x = uniform_bits(t * h, 1.0, args.seed);
     let wr = uniform_bits(e * h, 1.0 / (h as f32).sqrt(), args.seed ^ 0x5bd1e995);
@@ -537,7 +565,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
             set_switches(l, sw);
         }
         println!("-- A/B, engine {}; preset {} tokens {t}: A the environment's settings, B with {}", layer.engine(), args.preset, args.ab.as_deref().unwrap_or(""));
-        return match ab_measure(&mut layer, &mut layer_b, args, &ids, &w)? {
+        return match ab_measure(&mut layer, &mut layer_b, args, &heat, &ids, &w)? {
             None => Ok(()),
             Some(f) => Err(fail(f)),
         };
@@ -545,7 +573,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     for &engine in &engines {
         layer.set_engine(engine).map_err(gpu_err)?;
         set_switches(&mut layer, &switches);
-        let (fwd, both, failure) = measure(&mut layer, args, &ids, &w, (h, i, e, k))?;
+        let (fwd, both, failure) = measure(&mut layer, args, &heat, &ids, &w, (h, i, e, k))?;
         match failure {
             None => results.push((layer.engine(), fwd, both)),
             Some(f) => failures.push(f),

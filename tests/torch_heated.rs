@@ -70,6 +70,25 @@ fn heat_runs_the_work_before_the_reps_and_passes_the_arguments_on() {
     assert!(hot["calls"].as_u64().unwrap() > 100, "30 ms of heat ran the work many times before the reps: {hot}");
 }
 
+/// Each heat reports its passes on stderr (bench-gpu copies the line into its log), with joules where NVML
+/// is there and one line saying why not otherwise; no heat, no lines.
+#[test]
+fn heat_reports_its_passes_and_energy_on_stderr() {
+    let Some(dir) = setup() else { return };
+    let cold = run(dir.path(), &["--heat-ms", "0", "--preset", "p", "--tokens", "1"]);
+    assert!(cold.status.success() && cold.stderr.is_empty(), "{}", String::from_utf8_lossy(&cold.stderr));
+    let hot = run(dir.path(), &["--heat-ms", "30", "--preset", "p", "--tokens", "1"]);
+    let calls = json(&hot)["calls"].as_u64().unwrap();
+    let err = String::from_utf8_lossy(&hot.stderr);
+    let heat: Vec<&str> = err.lines().filter(|l| l.starts_with("heat: ")).collect();
+    assert_eq!(heat.len(), 1, "one heat for the stub's one timed phase: {err}");
+    let passes: u64 = heat[0]["heat: ".len()..].split(' ').next().unwrap().parse().unwrap();
+    assert_eq!(passes, calls - 23, "the passes counted are the calls beyond the 3 warm-up calls and 20 reps: {err}");
+    assert!(heat[0].contains(" ms before the timed reps"), "{err}");
+    let no_energy = err.lines().filter(|l| l.starts_with("energy: not measured (")).count();
+    assert!((no_energy == 1) != heat[0].contains(" J per pass, "), "joules, or one line saying why not: {err}");
+}
+
 #[test]
 fn bad_heat_or_a_missing_baseline_is_one_error_line_and_status_2() {
     let Some(dir) = setup() else { return };

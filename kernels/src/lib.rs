@@ -7,6 +7,7 @@
 //! that a mismatch points at one place in each.
 
 pub mod check;
+pub mod energy;
 pub mod fast;
 mod device;
 mod error;

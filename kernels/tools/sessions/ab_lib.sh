@@ -1,15 +1,16 @@
 # Sourced by the session scripts (from s15a.sh on): `ab PRESET REPS LABEL "SETTINGS"` runs one interleaved A/B
 # (`bench-gpu --ab`: A the environment's settings, B with SETTINGS) into $OUT/ab-LABEL.log and prints its
 # summary; it skips when the script has run longer than AB_UNTIL seconds (default 430), to stay inside a call.
+# AB_HEAT=MS heats first (`--heat-ms MS`: A runs that long back to back, then the interleaved rounds).
 # `layer_tests BINDIR UNTIL` runs the layer_api and gpu_layer GPU tests of a staged build (e.g. .gpu/bin) into
 # $OUT, each only if the script has run less than UNTIL seconds.
 ab() { # preset reps label setting
     [ $SECONDS -gt ${AB_UNTIL:-430} ] && return
     local s=$SECONDS
     timeout 120 .gpu/bin/moe-oracle bench-gpu --preset $1 --tokens 16384 --engines ws --reps $2 --check-tokens 1 \
-        --check-wgrad 16 --ab "$4" > $OUT/ab-$3.log 2>&1
+        --check-wgrad 16 --heat-ms ${AB_HEAT:-0} --ab "$4" > $OUT/ab-$3.log 2>&1
     echo "=== $1 [$4] rc $? $((SECONDS - s)) s"
-    grep -E "^A/B|^B/A|gemm1|wgrad|dX_rows|dA|swiglu_bwd|gemm2|gather|^outputs|^oracle|rror" $OUT/ab-$3.log | cut -c1-150
+    grep -E "^A/B|^B/A|^heat|^energy|gemm1|wgrad|dX_rows|dA|swiglu_bwd|gemm2|gather|^outputs|^oracle|rror" $OUT/ab-$3.log | cut -c1-150
 }
 # `gpu_fast_all` runs every gpu_fast test (REQUIRE_GPU=1; 118-184 s in sessions 21-23) into $OUT/gpu_fast.log and prints a summary.
 gpu_fast_all() {
@@ -62,12 +63,13 @@ layer_tests() { # bindir until
         echo "== $1/$t rc $? at ${SECONDS}s"; grep -E "test result|panicked" $OUT/$t.log | head -3
     done
 }
-# `gpu_watch LABEL` starts logging the GPU's SM clock, temperature, power and throttle reasons every 100 ms into
-# $OUT/smi-LABEL.csv; `gpu_watch_stop` ends it and prints the SM clock's and power's spread. Why: the same build
+# `gpu_watch LABEL` starts logging the GPU's SM clock, temperature, power and throttle reasons every 100 ms;
+# `gpu_watch_stop` ends it, prints the SM clock's and power's spread, and appends the samples, each line
+# starting with LABEL, to $OUT/smi-all.csv (one file: the device returns only so many files). Why: the same build
 # measured 1.76x and 1.92x on two H100s (sessions 23-24), and the profiled per-kernel times ran up to 19% over
 # the unprofiled pass: whether clocks differ between the phases of a bench run (ours, then torch's) is unknown.
 gpu_watch() {
-    GPU_WATCH_FILE=$OUT/smi-$1.csv
+    GPU_WATCH_LABEL=$1; GPU_WATCH_FILE=${TMPDIR:-/tmp}/smi-$1.csv
     nvidia-smi --query-gpu=timestamp,clocks.sm,temperature.gpu,power.draw,clocks_event_reasons.active --format=csv,noheader,nounits -lms 100 > $GPU_WATCH_FILE 2>&1 &
     GPU_WATCH_PID=$!
 }
@@ -82,6 +84,7 @@ clk, temp, pw = ([float(r[i]) for r in busy] for i in (1, 2, 3))
 q = lambda v: f"{min(v):.0f}/{st.median(v):.0f}/{max(v):.0f}"
 print(f"   gpu_watch {sys.argv[1].split('/')[-1]}: {len(busy)} busy samples (>200 W) of {len(rows)}; SM MHz min/median/max {q(clk)}, temp C {q(temp)}, W {q(pw)}")
 PY
+    sed "s/^/$GPU_WATCH_LABEL, /" "$GPU_WATCH_FILE" >> $OUT/smi-all.csv
 }
 # `baselines UNTIL LABEL` runs both presets against the PyTorch baseline (main's build, the environment's
 # settings: prefix variables to the call to set them) into $OUT/bench-PRESET.log, each only if the script has

@@ -1,0 +1,129 @@
+//! The GPU's energy counter, read through NVML (`libnvidia-ml`, loaded at run time like the CUDA libraries).
+//!
+//! Why: the fused GEMMs run at the GPU's power cap, where what sets a pass's time is the energy it needs, not
+//! its latency (kernels/cuda/fast/NOTES.md, sessions 7 and 27). `bench-gpu --heat-ms` reads this counter around
+//! its heat loop, so the log gives joules per pass for our layer and, through `torch_moe_heated.py`, for the
+//! PyTorch baseline: the ratio that decides who is faster in a training run's steady state.
+//!
+//! `nvmlDeviceGetTotalEnergyConsumption` counts millijoules since the driver was loaded (Volta and later). Its
+//! update interval is tens of milliseconds, so read it around seconds of work, not around one pass.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+
+use crate::Gpu;
+
+type NvmlDevice = *mut c_void;
+
+/// An open NVML handle on the device a [`Gpu`] runs on (matched by UUID, so `CUDA_VISIBLE_DEVICES` cannot
+/// make it read another GPU's counter).
+pub struct EnergyMeter {
+    device: NvmlDevice,
+    total_mj: unsafe extern "C" fn(NvmlDevice, *mut u64) -> c_int,
+    error_string: unsafe extern "C" fn(c_int) -> *const c_char,
+    shutdown: unsafe extern "C" fn() -> c_int,
+    _lib: libloading::Library,
+}
+
+/// NVML's UUID spelling of a CUDA device UUID: `GPU-` and the 16 bytes as 8-4-4-4-12 hex digits.
+pub fn nvml_uuid(bytes: &[u8; 16]) -> String {
+    let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("GPU-{}-{}-{}-{}-{}", hex[0..4].concat(), hex[4..6].concat(), hex[6..8].concat(), hex[8..10].concat(), hex[10..16].concat())
+}
+
+impl EnergyMeter {
+    /// Open the counter of `gpu`'s device. Err names why not (no NVML library, no counter on this GPU, ...):
+    /// callers report it and go on without energy figures.
+    pub fn open(gpu: &Gpu) -> Result<EnergyMeter, String> {
+        let uuid = gpu.ctx.uuid().map_err(|e| format!("the device's UUID: {e:?}"))?;
+        let bytes: [u8; 16] = uuid.bytes.map(|b| b as u8);
+        Self::open_uuid(&nvml_uuid(&bytes))
+    }
+
+    /// Open the counter of the device with NVML UUID `uuid` (`GPU-xxxxxxxx-...`).
+    pub fn open_uuid(uuid: &str) -> Result<EnergyMeter, String> {
+        let names = ["libnvidia-ml.so.1", "libnvidia-ml.so", "nvml.dll"];
+        // SAFETY: loading NVML runs its initialisers; it is the driver's own management library.
+        let lib = names
+            .iter()
+            .find_map(|n| unsafe { libloading::Library::new(*n) }.ok())
+            .ok_or_else(|| format!("no NVML library ({})", names.join(", ")))?;
+        // SAFETY: the symbol types are NVML's C signatures (nvml.h); the pointers stay valid while `lib` lives,
+        // and the struct keeps `lib`.
+        unsafe {
+            let init = *lib.get::<unsafe extern "C" fn() -> c_int>(b"nvmlInit_v2\0").map_err(|e| format!("NVML: {e}"))?;
+            let by_uuid = *lib
+                .get::<unsafe extern "C" fn(*const c_char, *mut NvmlDevice) -> c_int>(b"nvmlDeviceGetHandleByUUID\0")
+                .map_err(|e| format!("NVML: {e}"))?;
+            let total_mj = *lib
+                .get::<unsafe extern "C" fn(NvmlDevice, *mut u64) -> c_int>(b"nvmlDeviceGetTotalEnergyConsumption\0")
+                .map_err(|e| format!("NVML: {e}"))?;
+            let error_string = *lib.get::<unsafe extern "C" fn(c_int) -> *const c_char>(b"nvmlErrorString\0").map_err(|e| format!("NVML: {e}"))?;
+            let shutdown = *lib.get::<unsafe extern "C" fn() -> c_int>(b"nvmlShutdown\0").map_err(|e| format!("NVML: {e}"))?;
+            let describe = |rc: c_int| CStr::from_ptr(error_string(rc)).to_string_lossy().into_owned();
+            let rc = init();
+            if rc != 0 {
+                return Err(format!("nvmlInit: {}", describe(rc)));
+            }
+            let mut device: NvmlDevice = std::ptr::null_mut();
+            let c_uuid = CString::new(uuid).map_err(|_| format!("UUID {uuid:?} holds a NUL"))?;
+            let rc = by_uuid(c_uuid.as_ptr(), &mut device);
+            let meter = EnergyMeter { device, total_mj, error_string, shutdown, _lib: lib };
+            if rc != 0 {
+                return Err(format!("NVML has no device {uuid}: {}", describe(rc)));
+            }
+            meter.millijoules()?; // e.g. NOT_SUPPORTED before Volta: say so now, not in the middle of a bench
+            Ok(meter)
+        }
+    }
+
+    /// The counter: millijoules since the driver was loaded.
+    pub fn millijoules(&self) -> Result<u64, String> {
+        let mut mj = 0u64;
+        // SAFETY: `device` came from NVML for this library instance, which is still initialised.
+        let rc = unsafe { (self.total_mj)(self.device, &mut mj) };
+        if rc != 0 {
+            // SAFETY: nvmlErrorString returns a static NUL-terminated string for any code.
+            let msg = unsafe { CStr::from_ptr((self.error_string)(rc)) }.to_string_lossy().into_owned();
+            return Err(format!("nvmlDeviceGetTotalEnergyConsumption: {msg}"));
+        }
+        Ok(mj)
+    }
+}
+
+impl Drop for EnergyMeter {
+    fn drop(&mut self) {
+        // SAFETY: balances the nvmlInit of `open_uuid` (NVML counts them).
+        unsafe { (self.shutdown)() };
+    }
+}
+
+/// The energy line for `passes` passes that took `ms` milliseconds and `mj` millijoules: total joules, joules
+/// per pass and the mean power.
+pub fn energy_summary(passes: u64, ms: f64, mj: u64) -> String {
+    let j = mj as f64 / 1e3;
+    format!("{j:.1} J, {:.3} J per pass, {:.0} W mean", j / passes.max(1) as f64, if ms > 0.0 { j / (ms / 1e3) } else { 0.0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_spelling_is_nvmls() {
+        let b: [u8; 16] = [0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef];
+        assert_eq!(nvml_uuid(&b), "GPU-12345678-9abc-def0-0123-456789abcdef");
+    }
+
+    #[test]
+    fn summary_divides_by_passes_and_seconds() {
+        assert_eq!(energy_summary(400, 2000.0, 1_300_000), "1300.0 J, 3.250 J per pass, 650 W mean");
+        assert_eq!(energy_summary(0, 0.0, 0), "0.0 J, 0.000 J per pass, 0 W mean");
+    }
+
+    #[test]
+    fn a_bad_uuid_or_a_missing_library_is_an_error_not_a_panic() {
+        // without NVML (CI): "no NVML library"; with it: no device of that UUID
+        let err = EnergyMeter::open_uuid("GPU-00000000-0000-0000-0000-000000000000").err().expect("no GPU has the zero UUID");
+        assert!(err.contains("NVML"), "{err}");
+    }
+}

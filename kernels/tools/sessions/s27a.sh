@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Session 27, one call (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"]; ~5-6 minutes; stops
+# starting runs at UNTIL s, default 420).
+# 1. Joules per pass. Session 27's s26c found our pass 6-9% slower after 3 s of heat and compiled torch
+#    unchanged: under the power cap what sets the time is energy. The heated rounds of both presets again,
+#    now with NVML's energy counter read around each heat (bench-gpu and torch_moe_heated.py): joules per
+#    forward and per forward+backward for our layer, plain torch and compiled torch.
+# 2. Whether less HBM traffic pays under heat: `MOE_FAST_RASTER_M=expert` (one tile group per expert: 6.7 GB
+#    less HBM per 235b pass, B/A 0.996 without heat in session 19) as heated interleaved A/Bs, 235b then 30b.
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/s27a}; mkdir -p $OUT
+source kernels/tools/sessions/ab_lib.sh
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
+round() { # preset heat_ms label
+    [ $SECONDS -gt ${UNTIL:-420} ] && { echo "== $3: skipped (time)"; return; }
+    local script=.gpu/bench/torch_moe_baseline.py; [ $2 -gt 0 ] && script=.gpu/bench/torch_moe_heated.py
+    gpu_watch $3
+    timeout 200 .gpu/bin/moe-oracle bench-gpu --preset $1 --tokens 16384 --engines ws --reps 10 --check-tokens 1 \
+        --check-wgrad 32 --heat-ms $2 --baseline $script > $OUT/bench-$3.log 2>&1
+    echo "== $3 ($1, --heat-ms $2) rc $? at ${SECONDS}s"
+    gpu_watch_stop
+    grep -E "^fast forward|heat|energy|oracle check|sum of the|^\| torch|speedup|^  (gemm|dA|dX|wgrad)" $OUT/bench-$3.log | cut -c1-170
+    grep '^baseline' $OUT/bench-$3.log | grep '{' | sed 's/"gpu".*//' | cut -c1-150
+}
+round qwen3-30b-a3b 3000 30b-h3000
+round qwen3-235b-a22b 3000 235b-h3000
+export AB_HEAT=3000 AB_UNTIL=${UNTIL:-420}
+gpu_watch ab-235b; ab qwen3-235b-a22b 20 raster-235b "MOE_FAST_RASTER_M=expert"; gpu_watch_stop
+gpu_watch ab-30b; ab qwen3-30b-a3b 30 raster-30b "MOE_FAST_RASTER_M=expert"; gpu_watch_stop
+echo "total ${SECONDS}s"
