@@ -88,14 +88,18 @@ PY
 }
 # `baselines UNTIL LABEL` runs both presets against the PyTorch baseline (main's build, the environment's
 # settings: prefix variables to the call to set them) into $OUT/bench-PRESET.log, each only if the script has
-# run at most UNTIL seconds, and prints the summary.
+# run at most UNTIL seconds, and prints the summary. Both sides heated for BASELINE_HEAT ms first (default
+# 3000, the power-capped steady state: session 27 found it steadier than the burst after the warm-up, and
+# lower); BASELINE_HEAT=0 gives the burst, the shared baseline's own measurement.
 baselines() { # until label
+    local heat=${BASELINE_HEAT:-3000} script=.gpu/bench/torch_moe_heated.py
+    [ $heat -eq 0 ] && script=.gpu/bench/torch_moe_baseline.py
     for p in qwen3-30b-a3b qwen3-235b-a22b; do
         [ $SECONDS -gt $1 ] && break
-        timeout 170 .gpu/bin/moe-oracle bench-gpu --preset $p --tokens 16384 --engines ws --reps 10 --check-tokens 1 \
-            --check-wgrad 32 --baseline .gpu/bench/torch_moe_baseline.py > $OUT/bench-$p.log 2>&1
+        timeout 200 .gpu/bin/moe-oracle bench-gpu --preset $p --tokens 16384 --engines ws --reps 10 --check-tokens 1 \
+            --check-wgrad 32 --heat-ms $heat --baseline $script > $OUT/bench-$p.log 2>&1
         echo "== $2 $p with the baseline rc $? at ${SECONDS}s"
-        grep -E "^fast|oracle|^\||speedup|^  [a-z]|memory" $OUT/bench-$p.log | grep -v route | cut -c1-160 | head -26
+        grep -E "^fast|oracle|^\||speedup|^  [a-z]|memory|heat|energy" $OUT/bench-$p.log | grep -v route | cut -c1-160 | head -34
     done
 }
 # `ncu_235b KERNEL TIMEOUT LABEL` profiles two launches of persistent GEMM KERNEL (e.g. ws_rows_bmn) in one 235b
