@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 27, one call (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"]; ~5-6 minutes; stops
 # starting runs at UNTIL s, default 420).
+# In order: the 30b round, the 235b A/B, the 235b round, the 30b A/B.
 # 1. Joules per pass. Session 27's s26c found our pass 6-9% slower after 3 s of heat and compiled torch
 #    unchanged: under the power cap what sets the time is energy. The heated rounds of both presets again,
 #    now with NVML's energy counter read around each heat (bench-gpu and torch_moe_heated.py): joules per
@@ -22,9 +23,9 @@ round() { # preset heat_ms label
     grep -E "^fast forward|heat|energy|oracle check|sum of the|^\| torch|speedup|^  (gemm|dA|dX|wgrad)" $OUT/bench-$3.log | cut -c1-170
     grep '^baseline' $OUT/bench-$3.log | grep '{' | sed 's/"gpu".*//' | cut -c1-150
 }
-round qwen3-30b-a3b 3000 30b-h3000
-round qwen3-235b-a22b 3000 235b-h3000
 export AB_HEAT=3000 AB_UNTIL=${UNTIL:-420}
+round qwen3-30b-a3b 3000 30b-h3000
 gpu_watch ab-235b; ab qwen3-235b-a22b 20 raster-235b "MOE_FAST_RASTER_M=expert"; gpu_watch_stop
+round qwen3-235b-a22b 3000 235b-h3000
 gpu_watch ab-30b; ab qwen3-30b-a3b 30 raster-30b "MOE_FAST_RASTER_M=expert"; gpu_watch_stop
 echo "total ${SECONDS}s"
