@@ -1,8 +1,11 @@
 //! `kernels/tools/torch_moe_heated.py` (the shared PyTorch baseline with `--heat-ms`, for `bench-gpu
 //! --heat-ms`): run against a stub baseline and a stub `torch` (no GPU, no PyTorch needed), it must pass the
 //! baseline's arguments through, leave the timing unchanged at 0 ms, run the timed work for the heat before the
-//! timed reps otherwise, and reject a bad value or a missing baseline with one `error:` line and status 2.
+//! timed reps otherwise, report each heat's passes (and joules, read from a stand-in NVML) on stderr, and
+//! reject a bad value or a missing baseline with one `error:` line and status 2.
 //! Skips with a visible `SKIP` line when python3 is missing; `REQUIRE_PYTHON=1` makes that a failure.
+
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -106,4 +109,28 @@ fn bad_heat_or_a_missing_baseline_is_one_error_line_and_status_2() {
         assert_eq!(lines.len(), 1, "{err}");
         assert!(lines[0].contains(want), "expected {want:?} in {err}");
     }
+}
+
+/// With NVML there (the stand-in of tests/support/nvml_stub.c, found through LD_LIBRARY_PATH as the real one
+/// would be), the heat line carries the joules between the counter's reads around the heat: the stub's counter
+/// grows by 1000 mJ a read, so exactly 1.0 J.
+#[test]
+fn heat_reads_the_energy_counter_around_the_heat() {
+    let Some(dir) = setup() else { return };
+    let Some(_) = support::build_nvml_stub(dir.path(), "torch_moe_heated.py energy") else { return };
+    let o = Command::new("python3")
+        .arg(wrapper())
+        .args(["--baseline-script", dir.path().join("base.py").to_str().unwrap(), "--heat-ms", "20", "--preset", "p", "--tokens", "1"])
+        .env("PYTHONPATH", dir.path())
+        .env("LD_LIBRARY_PATH", dir.path())
+        .output()
+        .unwrap();
+    let calls = json(&o)["calls"].as_u64().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    let passes = calls - 23;
+    let want = format!("heat: {passes} passes in ");
+    let line = err.lines().find(|l| l.starts_with(&want)).unwrap_or_else(|| panic!("no {want:?} in {err}"));
+    let per_pass = format!(": 1.0 J, {:.3} J per pass, ", 1.0 / passes as f64);
+    assert!(line.contains(&per_pass) && line.ends_with(" W mean"), "expected {per_pass:?} in {line:?}");
+    assert!(!err.contains("energy: not measured"), "{err}");
 }

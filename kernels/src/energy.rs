@@ -47,6 +47,18 @@ impl EnergyMeter {
             .iter()
             .find_map(|n| unsafe { libloading::Library::new(*n) }.ok())
             .ok_or_else(|| format!("no NVML library ({})", names.join(", ")))?;
+        Self::with_library(lib, uuid)
+    }
+
+    /// Open the counter of device `uuid` through the NVML library at `path` (one outside the loader's search
+    /// path, or the tests' stand-in, tests/support/nvml_stub.c).
+    pub fn open_library(path: &std::path::Path, uuid: &str) -> Result<EnergyMeter, String> {
+        // SAFETY: as in `open_uuid`; the caller names an NVML library.
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| format!("NVML library {}: {e}", path.display()))?;
+        Self::with_library(lib, uuid)
+    }
+
+    fn with_library(lib: libloading::Library, uuid: &str) -> Result<EnergyMeter, String> {
         // SAFETY: the symbol types are NVML's C signatures (nvml.h); the pointers stay valid while `lib` lives,
         // and the struct keeps `lib`.
         unsafe {

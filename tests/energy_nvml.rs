@@ -1,0 +1,50 @@
+//! `kernels/src/energy.rs` against a stand-in libnvidia-ml (tests/support/nvml_stub.c): the FFI's signatures,
+//! the UUID lookup, the error path and the balance of nvmlInit and nvmlShutdown, on machines without a GPU.
+//! (On the GPU machine, `bench-gpu --heat-ms` reads the real counter.)
+
+mod support;
+
+use moe_kernels::energy::EnergyMeter;
+use support::{build_nvml_stub, STUB_UUID};
+
+/// The stub, loaded by the test itself for the whole test: dlopen of one path returns one instance while any
+/// handle holds it, so the test sees the meter's nvmlInit and nvmlShutdown (without this handle, the meter's
+/// drop would unload the stub and a later load would start from fresh counters).
+fn hold(lib: &std::path::Path) -> libloading::Library {
+    // SAFETY: the stub has no initialisers.
+    unsafe { libloading::Library::new(lib) }.unwrap()
+}
+
+/// How many of the stub's nvmlInit calls no nvmlShutdown has balanced.
+fn open_inits(stub: &libloading::Library) -> i32 {
+    // SAFETY: the stub's `int stub_open_inits(void)`.
+    unsafe { stub.get::<unsafe extern "C" fn() -> i32>(b"stub_open_inits\0").unwrap()() }
+}
+
+#[test]
+fn the_meter_reads_the_counter_of_the_device_with_its_uuid() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = build_nvml_stub(dir.path(), "energy_nvml") else { return };
+    let stub = hold(&lib);
+    {
+        let m = EnergyMeter::open_library(&lib, STUB_UUID).expect("the stub's device");
+        // the stub's counter grows by 1000 mJ a read (open read it once, to see that it exists)
+        let (a, b) = (m.millijoules().unwrap(), m.millijoules().unwrap());
+        assert_eq!((a, b - a), (6000, 1000));
+        assert_eq!(open_inits(&stub), 1, "one init while the meter is open");
+    }
+    assert_eq!(open_inits(&stub), 0, "dropping the meter shuts NVML down");
+}
+
+#[test]
+fn an_unknown_uuid_is_an_error_with_nvmls_reason_and_leaves_nvml_shut_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = build_nvml_stub(dir.path(), "energy_nvml") else { return };
+    let stub = hold(&lib);
+    let uuid = "GPU-00000000-0000-0000-0000-000000000000";
+    let err = EnergyMeter::open_library(&lib, uuid).err().expect("no such device");
+    assert_eq!(err, format!("NVML has no device {uuid}: Not Found"));
+    assert_eq!(open_inits(&stub), 0, "the failed open shut NVML down again");
+    let missing = EnergyMeter::open_library(&dir.path().join("nope.so"), STUB_UUID).err().unwrap();
+    assert!(missing.starts_with("NVML library ") && missing.contains("nope.so"), "{missing}");
+}
