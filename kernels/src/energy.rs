@@ -59,25 +59,27 @@ impl EnergyMeter {
     }
 
     fn with_library(lib: libloading::Library, uuid: &str) -> Result<EnergyMeter, String> {
-        // SAFETY: the symbol types are NVML's C signatures (nvml.h); the pointers stay valid while `lib` lives,
-        // and the struct keeps `lib`.
+        /// A function pointer from `lib`; `T` must be the symbol's C signature.
+        unsafe fn sym<T: Copy>(lib: &libloading::Library, name: &[u8]) -> Result<T, String> {
+            // SAFETY: the caller's `T` is the symbol's type
+            unsafe { lib.get::<T>(name) }.map(|s| *s).map_err(|e| format!("NVML: {e}"))
+        }
+        let c_uuid = CString::new(uuid).map_err(|_| format!("UUID {uuid:?} holds a NUL"))?;
+        // SAFETY: the types are NVML's C signatures (nvml.h); the pointers stay valid while `lib` lives, and the
+        // struct keeps `lib`.
         unsafe {
-            let init = *lib.get::<unsafe extern "C" fn() -> c_int>(b"nvmlInit_v2\0").map_err(|e| format!("NVML: {e}"))?;
-            let by_uuid = *lib
-                .get::<unsafe extern "C" fn(*const c_char, *mut NvmlDevice) -> c_int>(b"nvmlDeviceGetHandleByUUID\0")
-                .map_err(|e| format!("NVML: {e}"))?;
-            let total_mj = *lib
-                .get::<unsafe extern "C" fn(NvmlDevice, *mut u64) -> c_int>(b"nvmlDeviceGetTotalEnergyConsumption\0")
-                .map_err(|e| format!("NVML: {e}"))?;
-            let error_string = *lib.get::<unsafe extern "C" fn(c_int) -> *const c_char>(b"nvmlErrorString\0").map_err(|e| format!("NVML: {e}"))?;
-            let shutdown = *lib.get::<unsafe extern "C" fn() -> c_int>(b"nvmlShutdown\0").map_err(|e| format!("NVML: {e}"))?;
+            let init: unsafe extern "C" fn() -> c_int = sym(&lib, b"nvmlInit_v2\0")?;
+            let by_uuid: unsafe extern "C" fn(*const c_char, *mut NvmlDevice) -> c_int = sym(&lib, b"nvmlDeviceGetHandleByUUID\0")?;
+            let total_mj = sym(&lib, b"nvmlDeviceGetTotalEnergyConsumption\0")?;
+            let error_string: unsafe extern "C" fn(c_int) -> *const c_char = sym(&lib, b"nvmlErrorString\0")?;
+            let shutdown = sym(&lib, b"nvmlShutdown\0")?;
             let describe = |rc: c_int| CStr::from_ptr(error_string(rc)).to_string_lossy().into_owned();
             let rc = init();
             if rc != 0 {
                 return Err(format!("nvmlInit: {}", describe(rc)));
             }
+            // from here the meter owns the init: its drop shuts NVML down, on the error paths too
             let mut device: NvmlDevice = std::ptr::null_mut();
-            let c_uuid = CString::new(uuid).map_err(|_| format!("UUID {uuid:?} holds a NUL"))?;
             let rc = by_uuid(c_uuid.as_ptr(), &mut device);
             let meter = EnergyMeter { device, total_mj, error_string, shutdown, _lib: lib };
             if rc != 0 {
