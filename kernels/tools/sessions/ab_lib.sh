@@ -86,20 +86,27 @@ print(f"   gpu_watch {sys.argv[1].split('/')[-1]}: {len(busy)} busy samples (>20
 PY
     sed "s/^/$GPU_WATCH_LABEL, /" "$GPU_WATCH_FILE" >> $OUT/smi-all.csv
 }
-# `baselines UNTIL LABEL` runs both presets against the PyTorch baseline (main's build, the environment's
-# settings: prefix variables to the call to set them) into $OUT/bench-PRESET.log, each only if the script has
-# run at most UNTIL seconds, and prints the summary. Both sides heated for BASELINE_HEAT ms first (default
-# 3000, the power-capped steady state: session 27 found it steadier than the burst after the warm-up, and
-# lower); BASELINE_HEAT=0 gives the burst, the shared baseline's own measurement.
+# `bench_round PRESET HEAT_MS LABEL` runs bench-gpu against the PyTorch baseline (main's build, the
+# environment's settings) into $OUT/bench-LABEL.log and prints the summary. HEAT_MS > 0 heats both sides that
+# long before each timed phase (`--heat-ms`, the baseline through the heated wrapper, with joules per pass);
+# 0 gives the burst after the warm-up, the shared baseline's own measurement.
+bench_round() { # preset heat_ms label
+    local script=.gpu/bench/torch_moe_heated.py
+    [ $2 -eq 0 ] && script=.gpu/bench/torch_moe_baseline.py
+    timeout 200 .gpu/bin/moe-oracle bench-gpu --preset $1 --tokens 16384 --engines ws --reps 10 --check-tokens 1 \
+        --check-wgrad 32 --heat-ms $2 --baseline $script > "$OUT/bench-$3.log" 2>&1
+    echo "== $3 ($1, --heat-ms $2) rc $? at ${SECONDS}s"
+    grep -E "^fast|heat|energy|oracle|sum of the|^\| torch|speedup|^  [a-z]|memory" "$OUT/bench-$3.log" | grep -v route | cut -c1-170 | head -40
+    grep '^baseline.*{' "$OUT/bench-$3.log" | sed 's/"gpu".*//' | cut -c1-150
+}
+# `baselines UNTIL LABEL` runs bench_round for both presets, each only if the script has run at most UNTIL
+# seconds, into $OUT/bench-LABEL-PRESET.log. Both sides heated for BASELINE_HEAT ms first (default 3000, the
+# power-capped steady state: session 27 found it steadier than the burst after the warm-up, and lower);
+# BASELINE_HEAT=0 gives the burst.
 baselines() { # until label
-    local heat=${BASELINE_HEAT:-3000} script=.gpu/bench/torch_moe_heated.py
-    [ $heat -eq 0 ] && script=.gpu/bench/torch_moe_baseline.py
     for p in qwen3-30b-a3b qwen3-235b-a22b; do
         [ $SECONDS -gt $1 ] && break
-        timeout 200 .gpu/bin/moe-oracle bench-gpu --preset $p --tokens 16384 --engines ws --reps 10 --check-tokens 1 \
-            --check-wgrad 32 --heat-ms $heat --baseline $script > $OUT/bench-$p.log 2>&1
-        echo "== $2 $p with the baseline rc $? at ${SECONDS}s"
-        grep -E "^fast|oracle|^\||speedup|^  [a-z]|memory|heat|energy" $OUT/bench-$p.log | grep -v route | cut -c1-160 | head -34
+        bench_round $p ${BASELINE_HEAT:-3000} "$2-$p"
     done
 }
 # `ncu_235b KERNEL TIMEOUT LABEL` profiles two launches of persistent GEMM KERNEL (e.g. ws_rows_bmn) in one 235b

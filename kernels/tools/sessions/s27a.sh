@@ -14,16 +14,11 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s27a}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-round() { # preset heat_ms label
+round() { # preset heat_ms label: bench_round (ab_lib.sh) with the GPU's clock and power logged
     [ $SECONDS -gt ${UNTIL:-420} ] && { echo "== $3: skipped (time)"; return; }
-    local script=.gpu/bench/torch_moe_baseline.py; [ $2 -gt 0 ] && script=.gpu/bench/torch_moe_heated.py
     gpu_watch $3
-    timeout 200 .gpu/bin/moe-oracle bench-gpu --preset $1 --tokens 16384 --engines ws --reps 10 --check-tokens 1 \
-        --check-wgrad 32 --heat-ms $2 --baseline $script > $OUT/bench-$3.log 2>&1
-    echo "== $3 ($1, --heat-ms $2) rc $? at ${SECONDS}s"
+    bench_round "$@"
     gpu_watch_stop
-    grep -E "^fast forward|heat|energy|oracle check|sum of the|^\| torch|speedup|^  (gemm|dA|dX|wgrad)" $OUT/bench-$3.log | cut -c1-170
-    grep '^baseline' $OUT/bench-$3.log | grep '{' | sed 's/"gpu".*//' | cut -c1-150
 }
 export AB_HEAT=3000 AB_UNTIL=${UNTIL:-420}
 round qwen3-30b-a3b 3000 30b-h3000
