@@ -213,10 +213,9 @@ fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool, heat_
         cmd.arg("--compile");
     }
     let out = cmd.output().map_err(|e| fail(format!("running the baseline {}: {e}", script.display())))?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let line = text.lines().rev().find(|l| l.trim_start().starts_with('{'));
     let Some(line) = line.filter(|_| out.status.success()) else {
-        let err = String::from_utf8_lossy(&out.stderr);
         if heat_ms > 0 && err.contains("unrecognized arguments: --heat-ms") {
             return Err(fail(format!("{} does not take --heat-ms: give --baseline .gpu/bench/torch_moe_heated.py (kernels/tools/, staged beside the baseline)", script.display())));
         }
@@ -224,7 +223,7 @@ fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool, heat_
     };
     let label = if compiled { "baseline --compile" } else { "baseline" };
     // the heated wrapper's lines (passes and joules of each heat) go to stderr, its JSON to stdout
-    for l in String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.starts_with("heat:") || l.starts_with("energy:")) {
+    for l in err.lines().filter(|l| l.starts_with("heat:") || l.starts_with("energy:")) {
         println!("{label} {l}");
     }
     println!("{label}: {line}");
@@ -314,7 +313,16 @@ struct Heat {
 impl Heat {
     /// Opens the energy counter only when there is heat to measure; says once why there are no joules.
     fn new(gpu: &Gpu, ms: u64) -> Heat {
-        let meter = (ms > 0).then(|| EnergyMeter::open(gpu)).and_then(|m| m.map_err(|e| println!("energy: not measured ({e})")).ok());
+        if ms == 0 {
+            return Heat { ms, meter: None };
+        }
+        let meter = match EnergyMeter::open(gpu) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                println!("energy: not measured ({e})");
+                None
+            }
+        };
         Heat { ms, meter }
     }
 
