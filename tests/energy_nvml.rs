@@ -48,3 +48,16 @@ fn an_unknown_uuid_is_an_error_with_nvmls_reason_and_leaves_nvml_shut_down() {
     let missing = EnergyMeter::open_library(&dir.path().join("nope.so"), STUB_UUID).err().unwrap();
     assert!(missing.starts_with("NVML library ") && missing.contains("nope.so"), "{missing}");
 }
+
+#[test]
+fn the_update_interval_is_the_time_between_the_counters_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = build_nvml_stub(dir.path(), "energy_nvml") else { return };
+    let _stub = hold(&lib);
+    let m = EnergyMeter::open_library(&lib, STUB_UUID).expect("the stub's device");
+    // the stub's counter moves at every read: the interval is one poll, far below the 50 ms window
+    let every = m.update_interval_ms(50).unwrap().expect("it changed");
+    assert!(every > 0.0 && every < 5.0, "{every} ms");
+    // a zero window polls nothing after the first read: no interval
+    assert_eq!(m.update_interval_ms(0).unwrap(), None);
+}

@@ -102,6 +102,25 @@ impl EnergyMeter {
         }
         Ok(mj)
     }
+
+    /// How often the counter moves: the mean time between changes while polling it for `window_ms`, or None
+    /// if it did not change twice. (Tens of milliseconds on the H100s seen; what a span's joules are exact to.)
+    pub fn update_interval_ms(&self, window_ms: u64) -> Result<Option<f64>, String> {
+        let start = std::time::Instant::now();
+        let (mut last, mut first_change, mut changes) = (self.millijoules()?, None, 0u32);
+        let mut last_change = start;
+        while start.elapsed().as_millis() < window_ms as u128 {
+            let now = self.millijoules()?;
+            if now != last {
+                last = now;
+                last_change = std::time::Instant::now();
+                first_change.get_or_insert(last_change);
+                changes += 1;
+            }
+        }
+        // between the first and the last change lie changes - 1 whole intervals
+        Ok(first_change.filter(|_| changes >= 2).map(|f| (last_change - f).as_secs_f64() * 1e3 / (changes - 1) as f64))
+    }
 }
 
 impl Drop for EnergyMeter {
@@ -109,6 +128,33 @@ impl Drop for EnergyMeter {
         // SAFETY: balances the nvmlInit of `open_uuid` (NVML counts them).
         unsafe { (self.shutdown)() };
     }
+}
+
+/// Work run back to back and metered as one span: `passes` passes in `ms` milliseconds using `mj`
+/// millijoules.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Span {
+    pub passes: u64,
+    pub ms: f64,
+    pub mj: u64,
+}
+
+impl Span {
+    /// Milliseconds and joules per pass.
+    pub fn per_pass(&self) -> (f64, f64) {
+        let n = self.passes.max(1) as f64;
+        (self.ms / n, self.mj as f64 / 1e3 / n)
+    }
+}
+
+/// One kernel's time and energy per launch (ms, J) from passes in which it ran `times` times in a row
+/// (`repeated`) and plain passes (`plain`): what a repeated pass took beyond a plain one, per extra launch.
+/// None when `times` < 2 or either difference is not positive (a span too short for the counter's updates).
+pub fn per_extra_launch(plain: Span, repeated: Span, times: u64) -> Option<(f64, f64)> {
+    let ((pm, pj), (rm, rj)) = (plain.per_pass(), repeated.per_pass());
+    let extra = times.checked_sub(1).filter(|&n| n > 0)? as f64;
+    let (ms, j) = ((rm - pm) / extra, (rj - pj) / extra);
+    (ms > 0.0 && j > 0.0).then_some((ms, j))
 }
 
 /// The energy line for `passes` passes that took `ms` milliseconds and `mj` millijoules: total joules, joules
@@ -132,6 +178,22 @@ mod tests {
     fn summary_divides_by_passes_and_seconds() {
         assert_eq!(energy_summary(400, 2000.0, 1_300_000), "1300.0 J, 3.250 J per pass, 650 W mean");
         assert_eq!(energy_summary(0, 0.0, 0), "0.0 J, 0.000 J per pass, 0 W mean");
+    }
+
+    #[test]
+    fn a_kernels_share_is_the_repeated_pass_beyond_the_plain_one_per_extra_launch() {
+        // plain: 10 passes, 80 ms, 56 J -> 8 ms, 5.6 J a pass; repeated 5 times: one pass of 12 ms and 8.4 J,
+        // so 4 extra launches of 1 ms and 0.7 J each
+        let plain = Span { passes: 10, ms: 80.0, mj: 56_000 };
+        let (ms, j) = per_extra_launch(plain, Span { passes: 1, ms: 12.0, mj: 8_400 }, 5).expect("resolved");
+        assert!((ms - 1.0).abs() < 1e-12 && (j - 0.7).abs() < 1e-12, "{ms} ms {j} J");
+        // two repeated passes count as the mean of the two
+        let (ms, j) = per_extra_launch(plain, Span { passes: 2, ms: 24.0, mj: 16_800 }, 5).expect("resolved");
+        assert!((ms - 1.0).abs() < 1e-12 && (j - 0.7).abs() < 1e-12, "{ms} ms {j} J");
+        // a single launch has no extra ones; a counter that did not move for the repeats resolves nothing
+        assert_eq!(per_extra_launch(plain, Span { passes: 1, ms: 12.0, mj: 8_400 }, 1), None);
+        assert_eq!(per_extra_launch(plain, Span { passes: 1, ms: 12.0, mj: 5_600 }, 5), None);
+        assert_eq!(per_extra_launch(plain, Span { passes: 1, ms: 7.0, mj: 8_400 }, 5), None);
     }
 
     #[test]

@@ -282,3 +282,50 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
         }
     }
 }
+
+/// `FastLayer::set_repeat` (what `bench-gpu --kernel-energy` uses to run one kernel for a second): a pass in
+/// which any one kernel runs three times in a row stores exactly what a plain pass stores, for every kernel
+/// label of every engine, with the layer's default settings (bench-gpu's) and with every row gather copied
+/// first; and the in-place kernel is refused.
+#[test]
+fn repeating_one_kernel_changes_no_output() {
+    use moe_kernels::fast::NOT_REPEATABLE;
+    let Some(gpu) = gpu_for_test("repeating_one_kernel_changes_no_output") else { return };
+    let kern = kernels_for(&gpu);
+    let case = FastCase::new(31, 300, 256, 192, 4, 2, Activation::Swiglu, 0.05);
+    for engine in engines(&kern) {
+        for gather_first in [false, true] {
+            let run = |repeat: Option<(&'static str, usize)>, profile: bool| -> Result<(FastTrace, Vec<&'static str>), GpuError> {
+                let mut layer = if gather_first {
+                    case.layer(&gpu, &kern, engine, true)?
+                } else {
+                    let mut l = FastLayer::new(&gpu, &kern, case.dims, case.act, &case.ids, &case.weights)?;
+                    l.set_engine(engine)?;
+                    l.upload(&case.x, &case.w13, &case.w2, &case.dy)?;
+                    l
+                };
+                layer.set_repeat(repeat)?;
+                layer.set_profiling(profile);
+                layer.poison_outputs()?;
+                layer.forward()?;
+                layer.backward()?;
+                layer.sync()?;
+                let labels = layer.kernel_times()?.into_iter().map(|k| k.name).collect();
+                Ok((layer.trace()?, labels))
+            };
+            let (plain, labels) = run(None, true).expect("plain pass");
+            assert!(labels.len() >= 8, "engine {engine:?}: only {labels:?} profiled");
+            for &label in labels.iter().filter(|l| !NOT_REPEATABLE.contains(l)) {
+                let (again, _) = run(Some((label, 3)), false).unwrap_or_else(|e| panic!("engine {engine:?}, {label} three times: {e}"));
+                if let Err(msg) = same(&plain, &again) {
+                    panic!("engine {engine:?} (rows gathered first: {gather_first}), {label} launched three times: {msg}");
+                }
+            }
+            for &label in NOT_REPEATABLE {
+                assert!(labels.contains(&label), "{label} is not a kernel of engine {engine:?}: {labels:?}");
+                let err = run(Some((label, 2)), false).err().expect("an in-place kernel is refused");
+                assert!(err.to_string().contains(label), "{err}");
+            }
+        }
+    }
+}

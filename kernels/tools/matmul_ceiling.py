@@ -10,8 +10,13 @@ For each shape: `burst` = median of 20 CUDA-event timings with a sync after each
 events over the last half of a second stream of launches. Shapes: the anchors' 8192^3, and the qwen3-30b-a3b
 layer's row GEMMs at 16384 tokens as one dense GEMM each (M = 16384 * 8 rows; cuBLAS through torch), or
 with `--preset qwen3-235b-a22b` that layer's.
+Where NVML is there (the reader of torch_moe_heated.py, beside this file), the sustained span's energy too:
+joules per GEMM, mean watts and pJ per FLOP, cuBLAS's figures to set beside `bench-gpu --kernel-energy-ms`.
 """
-import argparse, json, time, torch
+import argparse, json, os, sys, time, torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_moe_heated import energy_counter  # noqa: E402
 
 SHAPES = {  # preset: {name: (M, N, K)}; M = 16384 tokens x 8 slots
     "qwen3-30b-a3b": {
@@ -19,6 +24,7 @@ SHAPES = {  # preset: {name: (M, N, K)}; M = 16384 tokens x 8 slots
         "30b GEMM1 131072x1536x2048": (131072, 1536, 2048),
         "30b dX 131072x2048x1536": (131072, 2048, 1536),
         "30b GEMM2 131072x2048x768": (131072, 2048, 768),
+        "30b dA 131072x768x2048": (131072, 768, 2048),
     },
     "qwen3-235b-a22b": {
         "235b GEMM1 131072x3072x4096": (131072, 3072, 4096),
@@ -29,7 +35,7 @@ SHAPES = {  # preset: {name: (M, N, K)}; M = 16384 tokens x 8 slots
 }
 
 
-def run(m, n, k, seconds):
+def run(m, n, k, seconds, read_mj=None):
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -47,11 +53,18 @@ def run(m, n, k, seconds):
     # sustained: as many launches as fill `seconds` at the burst rate, timed as one span
     reps = max(10, int(seconds * 1e3 / burst))
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    mj0 = read_mj() if read_mj else None
     s.record()
     for _ in range(reps):
         f()
     e.record(); torch.cuda.synchronize()
+    mj1 = read_mj() if read_mj else None
     whole = s.elapsed_time(e) / reps
+    energy = {}
+    if mj0 is not None and mj1 is not None:
+        j = (mj1 - mj0) / 1e3 / reps
+        energy = {"sustained_j": j, "sustained_w": j / (whole * 1e-3), "sustained_pj_per_flop": j / flop * 1e12}
     # and per launch, within a second back-to-back stream: median over its last half
     evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     for s, e in evs:
@@ -61,7 +74,7 @@ def run(m, n, k, seconds):
     tail_med = tail[len(tail) // 2]
     return {"burst_ms": burst, "burst_tflops": flop / burst / 1e9, "sustained_ms": whole,
             "sustained_tflops": flop / whole / 1e9, "stream_tail_median_tflops": flop / tail_med / 1e9,
-            "reps": reps}
+            "reps": reps, **energy}
 
 
 def main():
@@ -69,13 +82,14 @@ def main():
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--preset", default="qwen3-30b-a3b", choices=sorted(SHAPES))
     args = p.parse_args()
-    print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}))
+    read_mj, why = energy_counter(torch)
+    print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "energy": why or "NVML"}))
     for name, (m, n, k) in SHAPES[args.preset].items():
         t = time.time()
-        r = run(m, n, k, args.seconds)
+        r = run(m, n, k, args.seconds, read_mj)
         r["shape"] = name
         r["wall_s"] = round(time.time() - t, 1)
-        print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
+        print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
 
 
 if __name__ == "__main__":

@@ -90,13 +90,13 @@ PY
 # environment's settings) into $OUT/bench-LABEL.log and prints the summary. HEAT_MS > 0 heats both sides that
 # long before each timed phase (`--heat-ms`, the baseline through the heated wrapper, with joules per pass);
 # 0 gives the burst after the warm-up, the shared baseline's own measurement.
-bench_round() { # preset heat_ms label
+bench_round() { # preset heat_ms label (BENCH_EXTRA: more bench-gpu arguments, e.g. --kernel-energy-ms 1000)
     local script=.gpu/bench/torch_moe_heated.py
     [ $2 -eq 0 ] && script=.gpu/bench/torch_moe_baseline.py
     timeout 200 .gpu/bin/moe-oracle bench-gpu --preset $1 --tokens 16384 --engines ws --reps 10 --check-tokens 1 \
-        --check-wgrad 32 --heat-ms $2 --baseline $script > "$OUT/bench-$3.log" 2>&1
-    echo "== $3 ($1, --heat-ms $2) rc $? at ${SECONDS}s"
-    grep -E "^fast|heat|energy|oracle|sum of the|^\| torch|speedup|^  [a-z]|memory" "$OUT/bench-$3.log" | grep -v route | cut -c1-170 | head -40
+        --check-wgrad 32 --heat-ms $2 --baseline $script ${BENCH_EXTRA:-} > "$OUT/bench-$3.log" 2>&1
+    echo "== $3 ($1, --heat-ms $2 ${BENCH_EXTRA:-}) rc $? at ${SECONDS}s"
+    grep -E "^fast|heat|energy|oracle|sum of the|^\| torch|speedup|^  [a-z(]|memory" "$OUT/bench-$3.log" | grep -v route | cut -c1-170 | head -60
     grep '^baseline.*{' "$OUT/bench-$3.log" | sed 's/"gpu".*//' | cut -c1-150
 }
 # `baselines UNTIL LABEL` runs bench_round for both presets, each only if the script has run at most UNTIL

@@ -24,6 +24,8 @@ const TILE_N: usize = 128;
 const WG_TILE_N: usize = 256;
 /// Slots per routing chunk (FR_CHUNK).
 const ROUTE_CHUNK: usize = 256;
+/// Kernels that [`FastLayer::set_repeat`] refuses: they read what they write (fr_scan's counts become offsets).
+pub const NOT_REPEATABLE: &[&str] = &["route_scan"];
 
 /// Layer shape.
 #[derive(Clone, Copy, Debug)]
@@ -233,6 +235,8 @@ pub struct FastLayer<'g> {
     /// dA_raw = dY[token]·W2 (unweighted), bf16: the direct backward's input to fc_swiglu_bwd_rows
     da_raw: CudaSlice<u16>,
     profile: Option<Vec<(&'static str, CudaEvent, CudaEvent)>>,
+    /// `set_repeat`: the kernel label launched several times in a row wherever a pass launches it, and how often
+    repeat: Option<(&'static str, usize)>,
     /// MOE_FAST_TRACE_LAUNCHES=1: each launch's label on stderr before it is submitted, and "done" after the
     /// stream has drained it, so that a run that hangs names the kernel it waits on: the last label without
     /// its "done". (Session 25: without the drain, a stalled racecheck run had submitted every launch of the
@@ -347,6 +351,7 @@ impl<'g> FastLayer<'g> {
             tile_order: None,
             da_raw: z16(if k.wgmma { rows * id } else { 1 })?,
             profile: None,
+            repeat: None,
             trace_launches: std::env::var("MOE_FAST_TRACE_LAUNCHES").is_ok_and(|v| v == "1"),
         })
     }
@@ -540,6 +545,24 @@ impl<'g> FastLayer<'g> {
         self.profile = on.then(Vec::new);
     }
 
+    /// Launch the kernel labelled `label` (a name of [`FastLayer::kernel_times`]) `times` times in a row wherever
+    /// a pass launches it; None: every kernel once. `bench-gpu --kernel-energy` runs one kernel long enough for
+    /// the GPU's energy counter this way. Each kernel of a pass writes only buffers it does not read, so the
+    /// repeats leave every output as a plain pass makes it (tests/gpu_fast.rs checks each label bitwise), except
+    /// `route_scan`, which turns the counts into offsets in place: refused.
+    pub fn set_repeat(&mut self, repeat: Option<(&'static str, usize)>) -> Result<(), GpuError> {
+        if let Some((label, times)) = repeat {
+            if NOT_REPEATABLE.contains(&label) {
+                return Err(GpuError::Input(format!("kernel {label} works in place: a repeat would change its output")));
+            }
+            if times == 0 {
+                return Err(GpuError::Input(format!("kernel {label} repeated 0 times: at least once")));
+            }
+        }
+        self.repeat = repeat;
+        Ok(())
+    }
+
     /// The kernel times of the profiled passes since the last call.
     pub fn kernel_times(&mut self) -> Result<Vec<KernelTime>, GpuError> {
         let Some(p) = self.profile.as_mut() else { return Ok(Vec::new()) };
@@ -556,14 +579,20 @@ impl<'g> FastLayer<'g> {
 
     fn launch<F>(&mut self, name: &'static str, f: F) -> Result<(), GpuError>
     where
-        F: FnOnce(&Self) -> Result<(), GpuError>,
+        F: Fn(&Self) -> Result<(), GpuError>,
     {
         if self.trace_launches {
             eprintln!("fast layer: launch {name}");
         }
         let timing = self.profile.is_some();
         let start = if timing { Some(self.gpu.stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?) } else { None };
-        f(self)?;
+        let times = match self.repeat {
+            Some((label, n)) if label == name => n,
+            _ => 1,
+        };
+        for _ in 0..times {
+            f(self)?;
+        }
         if let Some(start) = start {
             let end = self.gpu.stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
             self.profile.as_mut().expect("profiling").push((name, start, end));

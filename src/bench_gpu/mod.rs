@@ -13,7 +13,6 @@ use clap::Args;
 use half::bf16;
 use moe_kernels::fast::check::{check, HostCase, Scope};
 use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, KernelSettings, KernelTime, TileOrder, ENGINES};
-use moe_kernels::energy::{energy_summary, EnergyMeter};
 use moe_kernels::{Gpu, GpuError};
 use moe_reference::config::Activation;
 use moe_reference::dispatch::RowMap;
@@ -22,6 +21,9 @@ use rayon::prelude::*;
 
 use crate::cli::CliError;
 use crate::gpu::GpuRunError;
+
+mod energy;
+use energy::Heat;
 
 #[derive(Debug, Args)]
 pub struct BenchGpuArgs {
@@ -70,10 +72,18 @@ pub struct BenchGpuArgs {
     /// same `--heat-ms`: give it `.gpu/bench/torch_moe_heated.py`, the baseline with that option. At most 600000.
     #[arg(long, default_value_t = 0)]
     pub heat_ms: u64,
+    /// Energy per kernel (NVML's counter; after the timings): each kernel of 0.05 ms or more launched back to
+    /// back for about this many milliseconds inside one forward+backward pass, compared with plain passes
+    /// over as long: its joules, milliseconds and watts per launch, and pJ per FLOP for the GEMMs (0: off,
+    /// the default; 1000 gives ~1 % with a counter updated every few ms). At most 60000.
+    #[arg(long, default_value_t = 0)]
+    pub kernel_energy_ms: u64,
 }
 
 /// `--heat-ms`'s bound: ten minutes, a device call's whole limit.
 const MAX_HEAT_MS: u64 = 600_000;
+/// `--kernel-energy-ms`'s bound: a minute per kernel, a dozen kernels.
+const MAX_KERNEL_ENERGY_MS: u64 = 60_000;
 
 /// The environment variables of the layer's switches (`layer_switches`).
 const LAYER_VARIABLES: [&str; 5] = ["MOE_FAST_GATHER_FIRST", "MOE_FAST_GEMM1_GATHER_FIRST", "MOE_FAST_SAVE_X_ROWS", "MOE_FAST_RASTER_M", "MOE_FAST_DY_ROWS_FROM_DA"];
@@ -266,16 +276,8 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, heat: &Heat, ids: &[i32],
     println!("fast forward          {fwd:8.3} ms  {:6.1} TFLOP/s", tf(flops, fwd));
     println!("fast forward+backward {both:8.3} ms  {:6.1} TFLOP/s", tf(3.0 * flops, both));
     println!("per kernel (median of 5 profiled passes; events around each launch):");
-    let gemm_flops = |name: &str| -> Option<f64> {
-        let rows = layer.rows as f64;
-        Some(match name {
-            "gemm1+swiglu" | "wgrad_w13" | "dX_rows" => 2.0 * rows * (2 * i * h) as f64,
-            "gemm2" | "dA+swiglu_bwd" | "dA_raw" | "wgrad_w2" => 2.0 * rows * (h * i) as f64,
-            _ => return None,
-        })
-    };
     for &(name, m) in &per {
-        match gemm_flops(name) {
+        match gemm_flops(name, layer.rows, h, i) {
             Some(f) => println!("  {name:<18} {m:8.3} ms  {:6.1} TFLOP/s", tf(f, m)),
             None => println!("  {name:<18} {m:8.3} ms"),
         }
@@ -293,60 +295,28 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, heat: &Heat, ids: &[i32],
     );
     let (work, grads) = layer.extra_bytes();
     println!("device memory beyond the inputs: {:.0} MiB activations + workspaces (incl. transposed weights), {:.0} MiB gradients", work as f64 / 1048576.0, grads as f64 / 1048576.0);
+    if args.kernel_energy_ms > 0 {
+        let rows = layer.rows;
+        energy::per_kernel(layer, heat, &per, args.kernel_energy_ms, |name| gemm_flops(name, rows, h, i))?;
+    }
 
     Ok((fwd, both, oracle_check(layer, args, ids, w)?))
+}
+
+/// The useful FLOPs of the GEMM kernel labelled `name` over `rows` dispatched rows (None: not a GEMM).
+fn gemm_flops(name: &str, rows: usize, h: usize, i: usize) -> Option<f64> {
+    let rows = rows as f64;
+    Some(match name {
+        "gemm1+swiglu" | "wgrad_w13" | "dX_rows" => 2.0 * rows * (2 * i * h) as f64,
+        "gemm2" | "dA+swiglu_bwd" | "dA_raw" | "wgrad_w2" => 2.0 * rows * (h * i) as f64,
+        _ => return None,
+    })
 }
 
 /// One forward+backward pass (asynchronous), the work of the forward+backward timings.
 fn fwd_bwd(l: &mut FastLayer) -> Result<(), GpuError> {
     l.forward()?;
     l.backward()
-}
-
-/// `--heat-ms`: how long to run the timed work before timing it, and the GPU's energy counter, read around
-/// that work (None when NVML is not there: the heat still runs, without joules).
-struct Heat {
-    ms: u64,
-    meter: Option<EnergyMeter>,
-}
-
-impl Heat {
-    /// Opens the energy counter only when there is heat to measure; says once why there are no joules.
-    fn new(gpu: &Gpu, ms: u64) -> Heat {
-        if ms == 0 {
-            return Heat { ms, meter: None };
-        }
-        let meter = match EnergyMeter::open(gpu) {
-            Ok(m) => Some(m),
-            Err(e) => {
-                println!("energy: not measured ({e})");
-                None
-            }
-        };
-        Heat { ms, meter }
-    }
-
-    /// Run `work` back to back, each pass synchronised as the timed reps are, until `ms` milliseconds have
-    /// passed; prints how many passes that took and, with the counter, the energy they used.
-    fn run<F: FnMut(&mut FastLayer) -> Result<(), GpuError>>(&self, layer: &mut FastLayer, mut work: F) -> Result<(), CliError> {
-        if self.ms == 0 {
-            return Ok(());
-        }
-        let read = || self.meter.as_ref().and_then(|m| m.millijoules().map_err(|e| println!("energy: {e}")).ok());
-        let (start, mut passes, mj0) = (std::time::Instant::now(), 0u64, read());
-        while start.elapsed().as_millis() < self.ms as u128 {
-            work(layer).map_err(gpu_err)?;
-            layer.sync().map_err(gpu_err)?;
-            passes += 1;
-        }
-        let ms = start.elapsed().as_secs_f64() * 1e3;
-        let energy = match (mj0, read()) {
-            (Some(a), Some(b)) => format!(": {}", energy_summary(passes, ms, b.saturating_sub(a))),
-            _ => String::new(),
-        };
-        println!("heat: {passes} passes in {ms:.0} ms before the timed reps{energy}");
-        Ok(())
-    }
 }
 
 /// The oracle check of the layer's last forward+backward on `args.check_tokens` tokens (spread over the
@@ -514,6 +484,12 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     if args.heat_ms > MAX_HEAT_MS {
         return Err(fail(format!("--heat-ms {}: at most {MAX_HEAT_MS} (ten minutes)", args.heat_ms)));
     }
+    if args.kernel_energy_ms > MAX_KERNEL_ENERGY_MS {
+        return Err(fail(format!("--kernel-energy-ms {}: at most {MAX_KERNEL_ENERGY_MS} (a minute per kernel)", args.kernel_energy_ms)));
+    }
+    if args.kernel_energy_ms > 0 && args.ab.is_some() {
+        return Err(fail("--kernel-energy-ms measures one layer: not with --ab".into()));
+    }
     // (checked before the GPU work, which a typo would otherwise waste)
     if let Some(script) = args.baseline.as_ref().filter(|s| !s.is_file()) {
         return Err(fail(format!("--baseline {}: no such file (bash kernels/tools/stage_gpu.sh stages the baselines into .gpu/bench/)", script.display())));
@@ -536,7 +512,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     let gpu = Gpu::open(0).map_err(gpu_err)?;
     let settings = KernelSettings::from_env();
     let kern = FastKernels::load_with(&gpu, args.stages, &settings).map_err(gpu_err)?;
-    let heat = Heat::new(&gpu, args.heat_ms);
+    let heat = Heat::new(&gpu, args.heat_ms, args.kernel_energy_ms > 0);
     println!("GPU: {} ({}), fast kernels: wgmma row GEMMs {}, mma.sync ({} cp.async stages)", gpu.name, kern.arch, if kern.wgmma { "available" } else { "unavailable" }, kern.stages);
     let x = uniform_bits(t * h, 1.0, args.seed);
     let wr = uniform_bits(e * h, 1.0 / (h as f32).sqrt(), args.seed ^ 0x5bd1e995);
@@ -617,7 +593,7 @@ mod tests {
     use super::*;
 
     fn args(preset: &str, tokens: usize, engines: &str) -> BenchGpuArgs {
-        BenchGpuArgs { preset: preset.into(), tokens, check_tokens: 1, check_wgrad: 1, reps: 1, stages: 3, baseline: None, engines: engines.into(), seed: 1, ab: None, heat_ms: 0 }
+        BenchGpuArgs { preset: preset.into(), tokens, check_tokens: 1, check_wgrad: 1, reps: 1, stages: 3, baseline: None, engines: engines.into(), seed: 1, ab: None, heat_ms: 0, kernel_energy_ms: 0 }
     }
 
     #[test]
@@ -630,6 +606,8 @@ mod tests {
             (args("qwen3-235b-a22b", 50_000_000, "ws"), "more than one GPU holds"),
             (args("qwen3-30b-a3b", 16, "mma,tpu"), "unknown engine"),
             (BenchGpuArgs { heat_ms: MAX_HEAT_MS + 1, ..args("qwen3-30b-a3b", 16, "ws") }, "--heat-ms 600001: at most 600000"),
+            (BenchGpuArgs { kernel_energy_ms: MAX_KERNEL_ENERGY_MS + 1, ..args("qwen3-30b-a3b", 16, "ws") }, "--kernel-energy-ms 60001: at most 60000"),
+            (BenchGpuArgs { kernel_energy_ms: 1000, ..with_ab("ws", "MOE_FAST_RASTER_M=expert") }, "--kernel-energy-ms measures one layer: not with --ab"),
             (BenchGpuArgs { baseline: Some("/nonexistent/torch_moe_baseline.py".into()), ..args("qwen3-30b-a3b", 16, "ws") }, "--baseline /nonexistent/torch_moe_baseline.py: no such file"),
             (with_ab("ws", "MOE_FAST_DEFINES"), "is not NAME=VALUE"),
             (with_ab("ws", "MOE_FAST_STAGES=3"), "MOE_FAST_STAGES is not a setting"),
