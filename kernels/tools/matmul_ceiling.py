@@ -35,6 +35,20 @@ SHAPES = {  # preset: {name: (M, N, K)}; M = 16384 tokens x 8 slots
 }
 
 
+def kernel_names(f):
+    """The GPU kernels one call of `f` launches (cuBLAS's names carry its tile, cluster and warpgroup shape),
+    or why not."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            f()
+            torch.cuda.synchronize()
+        dev = lambda e: getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0)
+        return sorted({e.key for e in prof.key_averages() if dev(e) > 0 and not e.key.startswith(("aten::", "cuda"))})
+    except Exception as e:  # a diagnostic only: the timings do not depend on it
+        return [f"(no kernel names: {e})"]
+
+
 def run(m, n, k, seconds, read_mj=None):
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
@@ -74,7 +88,7 @@ def run(m, n, k, seconds, read_mj=None):
     tail_med = tail[len(tail) // 2]
     return {"burst_ms": burst, "burst_tflops": flop / burst / 1e9, "sustained_ms": whole,
             "sustained_tflops": flop / whole / 1e9, "stream_tail_median_tflops": flop / tail_med / 1e9,
-            "reps": reps, **energy}
+            "reps": reps, **energy, "kernels": kernel_names(f)}
 
 
 def main():

@@ -26,7 +26,7 @@ for p in qwen3-30b-a3b qwen3-235b-a22b; do
     [ $SECONDS -gt ${UNTIL:-400} ] && { echo "== cuBLAS $p: skipped (time)"; continue; }
     gpu_watch cublas-$p
     timeout 120 python3 kernels/tools/matmul_ceiling.py --seconds 1.5 --preset $p > $OUT/cublas-$p.log 2>&1
-    echo "== cuBLAS $p rc $? at ${SECONDS}s"; cut -c1-400 $OUT/cublas-$p.log
+    echo "== cuBLAS $p rc $? at ${SECONDS}s"; cut -c1-700 $OUT/cublas-$p.log
     gpu_watch_stop
 done
 round qwen3-235b-a22b 235b-energy
