@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 28, one call (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"]; ~6 minutes; stops
+# Session 28, one call (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"]; ~6-7 minutes; stops
 # starting rounds at UNTIL s, default 400).
 # Where the joules go. s27a found both sides at the 700 W cap in forward+backward, the time ratio equal to the
 # energy ratio within 2-4%: 2x on 30b needs 4.65 J a pass against our 5.60. So, per kernel:
@@ -30,4 +30,9 @@ for p in qwen3-30b-a3b qwen3-235b-a22b; do
     gpu_watch_stop
 done
 round qwen3-235b-a22b 235b-energy
+# 4. If time is left: GEMM1 fed by TMA from X's rows copied into expert order first, instead of the producer's
+#    cp.async row gather (1024 16-byte copies a stage against one TMA instruction): fewer instructions a FLOP
+#    for one more copy kernel; heated A/B on 30b.
+export AB_HEAT=3000 AB_UNTIL=${UNTIL:-400}
+ab qwen3-30b-a3b 20 gemm1-gather-first "MOE_FAST_GEMM1_GATHER_FIRST=1"
 echo "total ${SECONDS}s"
