@@ -94,22 +94,30 @@ pub(super) fn per_kernel(layer: &mut FastLayer, heat: &Heat, per: &[(&'static st
         Some(v) => format!("updated every {v:.1} ms"),
         None => "not moving in 200 ms".into(),
     };
-    let plain = pass_span(layer, meter, window_ms)?;
-    let (pm, pj) = plain.per_pass();
-    println!(
-        "energy per kernel (NVML's counter, {every}): each kernel launched back to back for ~{window_ms} ms inside one forward+backward pass, less a plain pass ({pm:.3} ms, {pj:.3} J; {})",
-        energy_summary(plain.passes, plain.ms, plain.mj)
-    );
-    println!("  kernel             ms/launch  J/launch  mean W");
-    let mut sum = (0.0, 0.0);
+    // plain passes before and after the kernels, their sum subtracted: the GPU's state drifts over the dozen
+    // seconds this takes, and the two show by how much
+    let before = pass_span(layer, meter, window_ms)?;
+    let mut repeated = Vec::new();
     for &(name, ms) in per.iter().filter(|(n, ms)| *ms >= MIN_KERNEL_MS && !NOT_REPEATABLE.contains(n)) {
         let times = (window_ms as f64 / ms as f64).ceil().clamp(2.0, 1e6) as usize;
         layer.set_repeat(Some((name, times))).map_err(gpu_err)?;
-        let repeated = pass_span(layer, meter, 0);
+        let span = pass_span(layer, meter, 0);
         layer.set_repeat(None).map_err(gpu_err)?;
-        let repeated = repeated?;
-        let Some((ms, j)) = per_extra_launch(plain, repeated, times as u64) else {
-            println!("  {name:<18} not resolved ({times} launches: one pass of {:.0} ms, {} mJ)", repeated.ms, repeated.mj);
+        repeated.push((name, times, span?));
+    }
+    let after = pass_span(layer, meter, window_ms)?;
+    let plain = Span { passes: before.passes + after.passes, ms: before.ms + after.ms, mj: before.mj + after.mj };
+    let (pm, pj) = plain.per_pass();
+    println!(
+        "energy per kernel (NVML's counter, {every}): each kernel launched back to back for ~{window_ms} ms inside one forward+backward pass, less a plain pass ({pm:.3} ms, {pj:.3} J; plain passes before the kernels {:.3} J, after {:.3} J)",
+        before.per_pass().1,
+        after.per_pass().1
+    );
+    println!("  kernel             ms/launch  J/launch  mean W");
+    let mut sum = (0.0, 0.0);
+    for (name, times, span) in repeated {
+        let Some((ms, j)) = per_extra_launch(plain, span, times as u64) else {
+            println!("  {name:<18} not resolved ({times} launches: one pass of {:.0} ms, {} mJ)", span.ms, span.mj);
             continue;
         };
         sum = (sum.0 + ms, sum.1 + j);
