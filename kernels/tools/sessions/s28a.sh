@@ -15,6 +15,14 @@ source kernels/tools/sessions/ab_lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 REQUIRE_GPU=1 timeout 150 .gpu/bin/gpu_fast repeating_one_kernel_changes_no_output > $OUT/gpu_fast-repeat.log 2>&1
 echo "== gpu_fast repeating_one_kernel_changes_no_output rc $? at ${SECONDS}s"; grep -E "test |panicked|result" $OUT/gpu_fast-repeat.log | head -8
+if [ -n "${MINI:-}" ]; then  # MINI=1 (~2 minutes, for a nearly spent device budget): 30b only, no baseline
+    timeout 100 .gpu/bin/moe-oracle bench-gpu --preset qwen3-30b-a3b --tokens 16384 --engines ws --reps 10 --check-tokens 1 \
+        --check-wgrad 16 --heat-ms 3000 --kernel-energy-ms 1000 > $OUT/bench-30b-energy-mini.log 2>&1
+    echo "== 30b energy (no baseline) rc $? at ${SECONDS}s"; grep -vE "route|^GPU|^routing|kept for|selective" $OUT/bench-30b-energy-mini.log | cut -c1-200 | head -50
+    timeout 60 python3 kernels/tools/matmul_ceiling.py --seconds 1.0 --preset qwen3-30b-a3b > $OUT/cublas-30b.log 2>&1
+    echo "== cuBLAS 30b rc $? at ${SECONDS}s"; cut -c1-700 $OUT/cublas-30b.log
+    exit 0
+fi
 round() { # preset label: a heated bench_round with the per-kernel energy, the GPU's clock and power logged
     [ $SECONDS -gt ${UNTIL:-400} ] && { echo "== $2: skipped (time)"; return; }
     gpu_watch $2
