@@ -41,16 +41,35 @@ impl Heat {
     }
 
     /// Run `work` back to back until `ms` milliseconds have passed; prints how many passes that took and, with
-    /// the counter, the energy they used.
-    pub(super) fn run<F: FnMut(&mut FastLayer) -> Result<(), GpuError>>(&self, layer: &mut FastLayer, work: F) -> Result<(), CliError> {
+    /// the counter, the energy they used. Returns the joules per pass, if metered.
+    pub(super) fn run<F: FnMut(&mut FastLayer) -> Result<(), GpuError>>(&self, layer: &mut FastLayer, work: F) -> Result<Option<f64>, CliError> {
         if self.ms == 0 {
-            return Ok(());
+            return Ok(None);
         }
         let (passes, ms, mj) = metered(layer, self.meter.as_ref(), self.ms, work)?;
         let energy = mj.map(|mj| format!(": {}", energy_summary(passes, ms, mj))).unwrap_or_default();
         println!("heat: {passes} passes in {ms:.0} ms before the timed reps{energy}");
-        Ok(())
+        Ok(mj.map(|mj| Span { passes, ms, mj }.per_pass().1))
     }
+}
+
+/// The joules per pass of a `heat:` line (`energy_summary`'s "..., X J per pass, ..."), if it has them.
+pub(super) fn joules_per_pass(line: &str) -> Option<f64> {
+    let head = line.split(" J per pass").next().filter(|h| h.len() < line.len())?;
+    head.rsplit([' ', ',']).next()?.parse().ok()
+}
+
+/// The line comparing joules per pass, (forward, forward+backward), ours against the baseline's.
+pub(super) fn energy_ratio_line(ours: (f64, f64), base: (f64, f64)) -> String {
+    format!(
+        "energy per pass vs the faster baseline (over the heats): forward {:.3} J against {:.3} J ({:.2}x less), forward+backward {:.3} J against {:.3} J ({:.2}x less)",
+        ours.0,
+        base.0,
+        base.0 / ours.0,
+        ours.1,
+        base.1,
+        base.1 / ours.1
+    )
 }
 
 /// Run `work` back to back, each pass synchronised as the timed reps are, at least once and until `ms`
@@ -129,4 +148,26 @@ pub(super) fn per_kernel(layer: &mut FastLayer, heat: &Heat, per: &[(&'static st
     }
     println!("  (the metered kernels add up to {:.3} ms and {:.3} J of the plain pass's {pm:.3} ms and {pj:.3} J)", sum.0, sum.1);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heat_lines_give_their_joules_per_pass() {
+        let ours = format!("heat: 374 passes in 3000 ms before the timed reps: {}", energy_summary(374, 3000.0, 2_092_530));
+        assert_eq!(joules_per_pass(&ours), Some(5.595));
+        // the baseline wrapper's line, as forwarded
+        assert_eq!(joules_per_pass("heat: 221 passes in 3003 ms before the timed reps: 2054.0 J, 9.294 J per pass, 684 W mean"), Some(9.294));
+        assert_eq!(joules_per_pass("heat: 221 passes in 3003 ms before the timed reps"), None);
+        assert_eq!(joules_per_pass("energy: not measured (no NVML library)"), None);
+    }
+
+    #[test]
+    fn the_energy_ratio_is_the_baselines_joules_over_ours() {
+        let line = energy_ratio_line((1.863, 5.595), (3.777, 9.294));
+        assert!(line.contains("forward 1.863 J against 3.777 J (2.03x less)"), "{line}");
+        assert!(line.contains("forward+backward 5.595 J against 9.294 J (1.66x less)"), "{line}");
+    }
 }

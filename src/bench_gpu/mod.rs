@@ -212,8 +212,16 @@ fn spread(mut v: Vec<f32>) -> (f32, f32, f32) {
     (v[0], v[v.len() / 2], v[v.len() - 1])
 }
 
-/// Run the PyTorch baseline script, returning its (forward ms, forward+backward ms).
-fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool, heat_ms: u64) -> Result<(f64, f64), CliError> {
+/// What one run of the baseline script gave.
+struct BaselineRun {
+    fwd: f64,
+    both: f64,
+    /// with the heated wrapper and NVML: the joules per pass of its two heats (forward, forward+backward)
+    joules: Option<(f64, f64)>,
+}
+
+/// Run the PyTorch baseline script.
+fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool, heat_ms: u64) -> Result<BaselineRun, CliError> {
     let mut cmd = Process::new("python3");
     cmd.arg(script).args(["--preset", preset, "--tokens", &tokens.to_string()]);
     if heat_ms > 0 {
@@ -233,21 +241,38 @@ fn baseline(script: &PathBuf, preset: &str, tokens: usize, compiled: bool, heat_
     };
     let label = if compiled { "baseline --compile" } else { "baseline" };
     // the heated wrapper's lines (passes and joules of each heat) go to stderr, its JSON to stdout
+    let mut heats = Vec::new();
     for l in err.lines().filter(|l| l.starts_with("heat:") || l.starts_with("energy:")) {
         println!("{label} {l}");
+        heats.extend(energy::joules_per_pass(l));
     }
+    // (the wrapper heats the forward's phase, then the forward+backward's)
+    let joules = match heats[..] {
+        [f, b] => Some((f, b)),
+        _ => None,
+    };
     println!("{label}: {line}");
     let v: serde_json::Value = serde_json::from_str(line).map_err(|e| fail(format!("baseline output: {e}")))?;
     match (v["fwd_ms"].as_f64(), v["fwd_bwd_ms"].as_f64()) {
-        (Some(f), Some(b)) => Ok((f, b)),
+        (Some(fwd), Some(both)) => Ok(BaselineRun { fwd, both, joules }),
         _ => Err(fail("baseline output lacks fwd_ms / fwd_bwd_ms".into())),
     }
 }
 
+/// What `measure` found for one engine.
+struct Measured {
+    fwd: f32,
+    both: f32,
+    /// joules per pass over the heats (forward, forward+backward), when metered
+    joules: Option<(f64, f64)>,
+    /// the oracle check's failure, if it failed (reported after the remaining measurements, so that one run
+    /// shows every engine)
+    failure: Option<String>,
+}
+
 /// Warm up, time forward and forward+backward (medians), per-kernel times, and the oracle check, for the
-/// layer's current engine. Returns (forward ms, forward+backward ms, the check's failure if it failed): a
-/// failed check is reported after the remaining measurements, so one run shows every engine.
-fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, heat: &Heat, ids: &[i32], w: &[f32], (h, i, e, k): (usize, usize, usize, usize)) -> Result<(f32, f32, Option<String>), CliError> {
+/// layer's current engine.
+fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, heat: &Heat, ids: &[i32], w: &[f32], (h, i, e, k): (usize, usize, usize, usize)) -> Result<Measured, CliError> {
     let t = args.tokens;
     let flops = 2.0 * (t * k) as f64 * 3.0 * (h * i) as f64;
     let tf = |f: f64, ms: f32| f / (ms as f64 * 1e-3) / 1e12;
@@ -257,9 +282,9 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, heat: &Heat, ids: &[i32],
         layer.backward().map_err(gpu_err)?;
     }
     layer.sync().map_err(gpu_err)?;
-    heat.run(layer, |l| l.forward())?;
+    let fwd_j = heat.run(layer, |l| l.forward())?;
     let fwd = layer.median_ms(args.reps, |l| l.forward()).map_err(gpu_err)?;
-    heat.run(layer, fwd_bwd)?;
+    let both_j = heat.run(layer, fwd_bwd)?;
     let both = layer.median_ms(args.reps, fwd_bwd).map_err(gpu_err)?;
     // selective recomputation: keep only X and the routing, recompute H before the backward
     let recompute = layer
@@ -300,7 +325,8 @@ fn measure(layer: &mut FastLayer, args: &BenchGpuArgs, heat: &Heat, ids: &[i32],
         energy::per_kernel(layer, heat, &per, args.kernel_energy_ms, |name| gemm_flops(name, rows, h, i))?;
     }
 
-    Ok((fwd, both, oracle_check(layer, args, ids, w)?))
+    let joules = fwd_j.zip(both_j);
+    Ok(Measured { fwd, both, joules, failure: oracle_check(layer, args, ids, w)? })
 }
 
 /// The useful FLOPs of the GEMM kernel labelled `name` over `rows` dispatched rows (None: not a GEMM).
@@ -557,13 +583,13 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     for &engine in &engines {
         layer.set_engine(engine).map_err(gpu_err)?;
         set_switches(&mut layer, &switches);
-        let (fwd, both, failure) = measure(&mut layer, args, &heat, &ids, &w, (h, i, e, k))?;
-        match failure {
-            None => results.push((layer.engine(), fwd, both)),
+        let m = measure(&mut layer, args, &heat, &ids, &w, (h, i, e, k))?;
+        match m.failure {
+            None => results.push((layer.engine(), m.fwd, m.both, m.joules)),
             Some(f) => failures.push(f),
         }
     }
-    let Some((_, fwd, both)) = results.iter().copied().min_by(|a, b| a.2.total_cmp(&b.2)) else {
+    let Some((_, fwd, both, joules)) = results.iter().copied().min_by(|a, b| a.2.total_cmp(&b.2)) else {
         return Err(fail(failures.join("; ")));
     };
     let flops = 2.0 * (t * k) as f64 * 3.0 * (h * i) as f64;
@@ -571,16 +597,22 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     drop(layer);
 
     if let Some(script) = &args.baseline {
-        let (pf, pb) = baseline(script, &args.preset, t, false, args.heat_ms)?;
-        let (cf, cb) = baseline(script, &args.preset, t, true, args.heat_ms)?;
+        let BaselineRun { fwd: pf, both: pb, joules: pj } = baseline(script, &args.preset, t, false, args.heat_ms)?;
+        let BaselineRun { fwd: cf, both: cb, joules: cj } = baseline(script, &args.preset, t, true, args.heat_ms)?;
         let (best_f, best_b) = (pf.min(cf), pb.min(cb));
         println!("| impl | fwd ms | fwd+bwd ms | fwd+bwd TFLOP/s |");
-        for (name, f, b) in &results {
+        for (name, f, b, _) in &results {
             println!("| fast, {name} (this run) | {f:.3} | {b:.3} | {:.1} |", tf(3.0 * flops, *b));
         }
         println!("| torch plain | {pf:.3} | {pb:.3} | {:.1} |", tf(3.0 * flops, pb as f32));
         println!("| torch compiled | {cf:.3} | {cb:.3} | {:.1} |", tf(3.0 * flops, cb as f32));
         println!("speedup vs the faster baseline (fastest checked engine): forward {:.2}x, forward+backward {:.2}x", best_f / fwd as f64, best_b / both as f64);
+        // the same engine's and the same (faster) baseline's joules per pass, phase by phase: at the power
+        // cap their ratio is what the time ratio follows
+        if let (Some(ours), Some(pj), Some(cj)) = (joules, pj, cj) {
+            let pick = |plain: f64, compiled: f64, p: f64, c: f64| if plain < compiled { p } else { c };
+            println!("{}", energy::energy_ratio_line(ours, (pick(pf, cf, pj.0, cj.0), pick(pb, cb, pj.1, cj.1))));
+        }
     }
     if !failures.is_empty() {
         return Err(fail(failures.join("; ")));
@@ -651,6 +683,33 @@ mod tests {
         // 193 of 384 tile rows, 193 of 256 half rows
         assert!(line.contains("padding 49.7%") && line.contains("(24.6% counting"), "{line}");
         assert!(padding_line(&row_tile_padding(&RowMap::build(ArrayView2::from_shape((0, 2), &[]).unwrap(), 4))).contains("padding 0.0%"));
+    }
+
+    #[test]
+    fn the_baselines_times_and_heat_joules_are_read_from_its_output() {
+        if let Err(e) = Process::new("python3").arg("--version").output() {
+            assert!(std::env::var_os("REQUIRE_PYTHON").is_none(), "REQUIRE_PYTHON is set but python3 is not runnable: {e}");
+            moe_kernels::skip_notice(&format!("the_baselines_times_and_heat_joules_are_read_from_its_output: python3 not runnable ({e})"));
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        // a stand-in for the heated wrapper: its two heat lines on stderr (forward, then forward+backward) when
+        // given --heat-ms, its JSON line on stdout
+        let script = dir.path().join("fake_baseline.py");
+        std::fs::write(
+            &script,
+            r#"import json, sys
+if "--heat-ms" in sys.argv:
+    print("heat: 469 passes in 3001 ms before the timed reps: 1771.3 J, 3.777 J per pass, 590 W mean", file=sys.stderr)
+    print("heat: 221 passes in 3003 ms before the timed reps: 2054.0 J, 9.294 J per pass, 684 W mean", file=sys.stderr)
+print(json.dumps({"fwd_ms": 6.3741, "fwd_bwd_ms": 13.4767, "compile": "--compile" in sys.argv}))
+"#,
+        )
+        .unwrap();
+        let heated = baseline(&script, "qwen3-30b-a3b", 16, true, 3000).unwrap();
+        assert_eq!((heated.fwd, heated.both, heated.joules), (6.3741, 13.4767, Some((3.777, 9.294))));
+        let burst = baseline(&script, "qwen3-30b-a3b", 16, false, 0).unwrap();
+        assert_eq!((burst.fwd, burst.both, burst.joules), (6.3741, 13.4767, None));
     }
 
     #[test]
