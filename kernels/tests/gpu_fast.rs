@@ -283,7 +283,7 @@ fn the_dynamic_tile_scheduler_changes_no_bits() {
     }
 }
 
-/// `FastLayer::set_repeat` (what `bench-gpu --kernel-energy` uses to run one kernel for a second): a pass in
+/// `FastLayer::set_repeat` (what `bench-gpu --kernel-energy-ms` uses to run one kernel for a second): a pass in
 /// which any one kernel runs three times in a row stores exactly what a plain pass stores, for every kernel
 /// label of every engine, with the layer's default settings (bench-gpu's) and with every row gather copied
 /// first; and the in-place kernel is refused.
@@ -294,9 +294,9 @@ fn repeating_one_kernel_changes_no_output() {
     let kern = kernels_for(&gpu);
     let case = FastCase::new(31, 300, 256, 192, 4, 2, Activation::Swiglu, 0.05);
     for engine in engines(&kern) {
-        for gather_first in [false, true] {
+        for all_copied_first in [false, true] {
             let run = |repeat: Option<(&'static str, usize)>, profile: bool| -> Result<(FastTrace, Vec<&'static str>), GpuError> {
-                let mut layer = if gather_first {
+                let mut layer = if all_copied_first {
                     case.layer(&gpu, &kern, engine, true)?
                 } else {
                     let mut l = FastLayer::new(&gpu, &kern, case.dims, case.act, &case.ids, &case.weights)?;
@@ -318,7 +318,7 @@ fn repeating_one_kernel_changes_no_output() {
             for &label in labels.iter().filter(|l| !NOT_REPEATABLE.contains(l)) {
                 let (again, _) = run(Some((label, 3)), false).unwrap_or_else(|e| panic!("engine {engine:?}, {label} three times: {e}"));
                 if let Err(msg) = same(&plain, &again) {
-                    panic!("engine {engine:?} (rows gathered first: {gather_first}), {label} launched three times: {msg}");
+                    panic!("engine {engine:?} (every row gather copied first: {all_copied_first}), {label} launched three times: {msg}");
                 }
             }
             for &label in NOT_REPEATABLE {

@@ -546,7 +546,7 @@ impl<'g> FastLayer<'g> {
     }
 
     /// Launch the kernel labelled `label` (a name of [`FastLayer::kernel_times`]) `times` times in a row wherever
-    /// a pass launches it; None: every kernel once. `bench-gpu --kernel-energy` runs one kernel long enough for
+    /// a pass launches it; None: every kernel once. `bench-gpu --kernel-energy-ms` runs one kernel long enough for
     /// the GPU's energy counter this way. Each kernel of a pass writes only buffers it does not read, so the
     /// repeats leave every output as a plain pass makes it (tests/gpu_fast.rs checks each label bitwise), except
     /// `route_scan`, which turns the counts into offsets in place: refused.
