@@ -15,6 +15,15 @@ fn hold(lib: &std::path::Path) -> libloading::Library {
     unsafe { libloading::Library::new(lib) }.unwrap()
 }
 
+/// The stub built into a fresh directory (kept while the library is in use) and held loaded (`hold`); None,
+/// after a SKIP line, without a C compiler.
+fn loaded_stub() -> Option<(tempfile::TempDir, std::path::PathBuf, libloading::Library)> {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = build_nvml_stub(dir.path(), "energy_nvml")?;
+    let stub = hold(&lib);
+    Some((dir, lib, stub))
+}
+
 /// How many of the stub's nvmlInit calls no nvmlShutdown has balanced.
 fn open_inits(stub: &libloading::Library) -> i32 {
     // SAFETY: the stub's `int stub_open_inits(void)`.
@@ -23,9 +32,7 @@ fn open_inits(stub: &libloading::Library) -> i32 {
 
 #[test]
 fn the_meter_reads_the_counter_of_the_device_with_its_uuid() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(lib) = build_nvml_stub(dir.path(), "energy_nvml") else { return };
-    let stub = hold(&lib);
+    let Some((_dir, lib, stub)) = loaded_stub() else { return };
     {
         let m = EnergyMeter::open_library(&lib, STUB_UUID).expect("the stub's device");
         // the stub's counter grows by 1000 mJ a read (open read it once, to see that it exists)
@@ -38,9 +45,7 @@ fn the_meter_reads_the_counter_of_the_device_with_its_uuid() {
 
 #[test]
 fn an_unknown_uuid_is_an_error_with_nvmls_reason_and_leaves_nvml_shut_down() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(lib) = build_nvml_stub(dir.path(), "energy_nvml") else { return };
-    let stub = hold(&lib);
+    let Some((dir, lib, stub)) = loaded_stub() else { return };
     let uuid = "GPU-00000000-0000-0000-0000-000000000000";
     let err = EnergyMeter::open_library(&lib, uuid).err().expect("no such device");
     assert_eq!(err, format!("NVML has no device {uuid}: Not Found"));
@@ -51,9 +56,7 @@ fn an_unknown_uuid_is_an_error_with_nvmls_reason_and_leaves_nvml_shut_down() {
 
 #[test]
 fn the_update_interval_is_the_time_between_the_counters_changes() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(lib) = build_nvml_stub(dir.path(), "energy_nvml") else { return };
-    let _stub = hold(&lib);
+    let Some((_dir, lib, _stub)) = loaded_stub() else { return };
     let m = EnergyMeter::open_library(&lib, STUB_UUID).expect("the stub's device");
     // the stub's counter moves at every read: the interval is one poll, far below the 50 ms window
     let every = m.update_interval_ms(50).unwrap().expect("it changed");

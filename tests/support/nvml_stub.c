@@ -2,7 +2,7 @@
  * kernels/tools/torch_moe_heated.py call, so that their FFI (signatures, UUID lookup, error paths, init and
  * shutdown balance) is tested on machines without a GPU. One device, UUID STUB_UUID; its energy counter
  * starts at 5000 mJ and grows by 1000 mJ per read, so a test knows the joules to expect. Built by
- * kernels/tests/energy_ffi.rs with the system C compiler. */
+ * tests/support/mod.rs (build_nvml_stub) with the system C compiler, for tests/energy_nvml.rs and tests/torch_heated.rs. */
 #include <string.h>
 
 #define STUB_UUID "GPU-12345678-9abc-def0-0123-456789abcdef"
