@@ -77,7 +77,8 @@ fn bad_input_is_one_error_line_and_status_2() {
     let text = std::fs::read_to_string(&bench).unwrap();
     std::fs::write(&plain, text.lines().filter(|l| !l.starts_with("energy per kernel (")).collect::<Vec<_>>().join("\n")).unwrap();
     let (b, c, a) = (bench.to_str().unwrap(), cublas.to_str().unwrap(), plain.to_str().unwrap());
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
+        (&[b], "the following arguments are required: cublas_log"),
         (&[c, b], "not a bench-gpu log"),
         (&[a, c], "no 'energy per kernel (' block"),
         (&[b, b], "no cuBLAS shape"),

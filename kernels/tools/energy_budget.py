@@ -14,16 +14,27 @@ expert's rows); they are set beside the dense GEMM with the same three dimension
 (marked "analogue"). A malformed or incomplete log gives one `error:` line and status 2.
 """
 import argparse, json, re, sys
+from typing import NamedTuple
 
-# our kernel label: (its cuBLAS shape name in matmul_ceiling.py, (M, N, K) as multiples of (rows, H, I))
+# our GEMM's kernel label: its (M, N, K), each one of the layer's sizes (rows, H, I, 2I)
 GEMMS = {
-    "gemm1+swiglu": ("GEMM1", ("rows", "2I", "H")),
-    "gemm2": ("GEMM2", ("rows", "H", "I")),
-    "dA_raw": ("dA", ("rows", "I", "H")),
-    "dX_rows": ("dX", ("rows", "H", "2I")),
-    "wgrad_w2": (None, ("H", "I", "rows")),
-    "wgrad_w13": (None, ("2I", "H", "rows")),
+    "gemm1+swiglu": ("rows", "2I", "H"),
+    "gemm2": ("rows", "H", "I"),
+    "dA_raw": ("rows", "I", "H"),
+    "dX_rows": ("rows", "H", "2I"),
+    "wgrad_w2": ("H", "I", "rows"),
+    "wgrad_w13": ("2I", "H", "rows"),
 }
+
+
+class Row(NamedTuple):
+    label: str
+    ms: float  # per launch
+    joules: float  # per launch
+    pj_per_flop: float
+    cublas_pj_per_flop: float
+    match: str  # "same shape" or "analogue"
+    at_cublas_joules: float  # what cuBLAS's pJ/FLOP gives for this GEMM's FLOPs
 
 
 class BadLog(Exception):
@@ -78,9 +89,10 @@ def parse_cublas(text):
     return shapes
 
 
-def budget(dims, kernels, ours_j, compiled_j, shapes, target):
+def budget(dims, kernels, shapes):
+    """A Row per GEMM of ours that was metered, and the joules of the other metered kernels."""
     rows = []
-    for label, (_, mnk) in GEMMS.items():
+    for label, mnk in GEMMS.items():
         if label not in kernels:
             continue
         shape = tuple(dims[x] for x in mnk)
@@ -93,9 +105,14 @@ def budget(dims, kernels, ours_j, compiled_j, shapes, target):
             if not same:
                 raise BadLog(f"no cuBLAS shape with the dimensions of {label} {shape}")
             ref, kind = min(same), "analogue"
-        rows.append((label, ms, j, j / flops * 1e12, ref[0], kind, j - flops * ref[0] * 1e-12, flops * ref[0] * 1e-12))
+        rows.append(Row(label, ms, j, j / flops * 1e12, ref[0], kind, flops * ref[0] * 1e-12))
     other = sum(j for name, (_, j, _) in kernels.items() if name not in GEMMS)
-    return rows, other, compiled_j / target
+    return rows, other
+
+
+def fail(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main():
@@ -103,6 +120,7 @@ def main():
     ap.add_argument("bench_log")
     ap.add_argument("cublas_log")
     ap.add_argument("--target", type=float, default=2.0, help="the speed ratio against compiled torch (default 2.0)")
+    ap.error = lambda message: fail(message)  # one line, not argparse's usage block
     a = ap.parse_args()
     try:
         if not a.target > 0:
@@ -114,14 +132,14 @@ def main():
             except OSError as e:
                 raise BadLog(f"cannot read {p}: {e.strerror}")
         dims, kernels, ours_j, compiled_j = parse_bench(texts[0])
-        rows, other, need = budget(dims, kernels, ours_j, compiled_j, parse_cublas(texts[1]), a.target)
+        rows, other = budget(dims, kernels, parse_cublas(texts[1]))
     except BadLog as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        fail(str(e))
+    need = compiled_j / a.target
     print("  kernel          ms/launch  J/launch  ours pJ/FLOP  cuBLAS pJ/FLOP             excess J")
-    for label, ms, j, ours, ref, kind, excess, _ in rows:
-        print(f"  {label:<15} {ms:9.3f} {j:9.4f} {ours:13.3f} {ref:15.3f} ({kind:<10}) {excess:+8.3f}")
-    gemm_j, at_ref = sum(r[2] for r in rows), sum(r[7] for r in rows)
+    for r in rows:
+        print(f"  {r.label:<15} {r.ms:9.3f} {r.joules:9.4f} {r.pj_per_flop:13.3f} {r.cublas_pj_per_flop:15.3f} ({r.match:<10}) {r.joules - r.at_cublas_joules:+8.3f}")
+    gemm_j, at_ref = sum(r.joules for r in rows), sum(r.at_cublas_joules for r in rows)
     print(f"GEMMs {gemm_j:.3f} J a pass, at cuBLAS's pJ/FLOP {at_ref:.3f} J (excess {gemm_j - at_ref:+.3f} J); the other metered kernels {other:.3f} J")
     print(f"pass (over the heat): ours {ours_j:.3f} J, compiled torch {compiled_j:.3f} J, ratio {compiled_j / ours_j:.2f}x")
     print(f"{a.target:g}x needs at most {need:.3f} J a pass: the GEMMs at cuBLAS's pJ/FLOP leave {need - at_ref:.3f} J for everything else (today {other:.3f} J)")
