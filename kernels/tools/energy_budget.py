@@ -57,7 +57,7 @@ def parse_bench(text):
         if not l.startswith("  ") or len(f) < 4 or l.lstrip().startswith("("):
             break
         try:
-            kernels[f[0]] = (float(f[1]), float(f[2]), float(f[3]))  # ms, J, W per launch
+            kernels[f[0]] = (float(f[1]), float(f[2]))  # ms, J per launch
         except ValueError:
             break  # a kernel the metering did not resolve
     if not kernels:
@@ -70,7 +70,7 @@ def parse_bench(text):
 
 
 def parse_cublas(text):
-    """{(M, N, K): (pJ/FLOP sustained, TFLOP/s sustained, kernel name)} from matmul_ceiling.py's JSON lines."""
+    """{(M, N, K): cuBLAS's sustained pJ/FLOP} from matmul_ceiling.py's JSON lines."""
     shapes = {}
     for l in text.splitlines():
         if not l.startswith("{"):
@@ -82,8 +82,7 @@ def parse_cublas(text):
         m = re.search(r"(\d+)x(\d+)x(\d+)$", str(d.get("shape", "")))
         if not m or d.get("sustained_pj_per_flop") is None:
             continue
-        name = next((k for k in d.get("kernels", []) if "gemm" in k.lower() or "nvjet" in k or "sm90" in k), "?")
-        shapes[tuple(int(x) for x in m.groups())] = (float(d["sustained_pj_per_flop"]), float(d["sustained_tflops"]), name)
+        shapes[tuple(int(x) for x in m.groups())] = float(d["sustained_pj_per_flop"])
     if not shapes:
         raise BadLog("no cuBLAS shape with sustained_pj_per_flop: run matmul_ceiling.py where NVML is readable")
     return shapes
@@ -97,7 +96,7 @@ def budget(dims, kernels, shapes):
             continue
         shape = tuple(dims[x] for x in mnk)
         flops = 2.0 * shape[0] * shape[1] * shape[2]
-        ms, j, _ = kernels[label]
+        ms, j = kernels[label]
         if shape in shapes:
             ref, kind = shapes[shape], "same shape"
         else:
@@ -105,8 +104,8 @@ def budget(dims, kernels, shapes):
             if not same:
                 raise BadLog(f"no cuBLAS shape with the dimensions of {label} {shape}")
             ref, kind = min(same), "analogue"
-        rows.append(Row(label, ms, j, j / flops * 1e12, ref[0], kind, flops * ref[0] * 1e-12))
-    other = sum(j for name, (_, j, _) in kernels.items() if name not in GEMMS)
+        rows.append(Row(label, ms, j, j / flops * 1e12, ref, kind, flops * ref * 1e-12))
+    other = sum(j for name, (_, j) in kernels.items() if name not in GEMMS)
     return rows, other
 
 
