@@ -585,7 +585,11 @@ __device__ __forceinline__ bool ws_swiglu_box_in_range(const float* d, int bx, f
 __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, const float* d, WsOut& out, const TmaDesc* tc, const TmaDesc* td, int q0, int row0, int wq, int lane,
                                                     bool copy = false, int m_end = 0) {
 #pragma unroll
+#ifdef WS_EXP_NO_A_STORE  // experiment: H's boxes alone, no A written (GEMM2's input wrong): A's share of the epilogue
+    for (int part = 0; part < 2; ++part) {
+#else
     for (int part = 0; part < 3; ++part) {  // gate, up, A
+#endif
 #pragma unroll
         for (int bx = 0; bx < 2; ++bx) {
             out.box(
@@ -596,6 +600,10 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
                     bool all_ok = true;
                     if (part < 2) {
                         ws_a_fragments(d, bx, r, [&](unsigned g, unsigned u) { return part == 0 ? g : u; });
+#ifdef WS_EXP_NO_A_MATH  // experiment: A's boxes written without the SwiGLU (A wrong): the math's share
+                    } else if (true) {
+                        ws_a_fragments(d, bx, r, [&](unsigned g, unsigned u) { return g ^ u; });
+#endif
                     } else if (p.clamp_limit < 0.0f) {
                         all_ok = ws_swiglu_box_in_range<false>(d, bx, p.alpha, p.clamp_limit, r);
                     } else {
