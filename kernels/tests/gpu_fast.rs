@@ -329,3 +329,34 @@ fn repeating_one_kernel_changes_no_output() {
         }
     }
 }
+
+/// `FastLayer::fill_random_from` (bench-gpu's inputs): normal draws (`fc_fill_normal`) with each buffer's
+/// standard deviation (x and dY 1, W13 H^-1/2, W2 I^-1/2) and a normal's tails, uniform draws inside their
+/// interval; a different seed gives different bits.
+#[test]
+fn device_random_inputs_have_their_distribution() {
+    use moe_kernels::fast::InputDist;
+    let Some(gpu) = gpu_for_test("device_random_inputs_have_their_distribution") else { return };
+    let kern = kernels_for(&gpu);
+    let case = FastCase::new(5, 4096, 256, 128, 4, 2, Activation::Swiglu, 0.0);
+    let (h, i) = (case.dims.hidden as f64, case.dims.inter as f64);
+    let draw = |seed: u64, dist: InputDist| {
+        let mut layer = FastLayer::new(&gpu, &kern, case.dims, case.act, &case.ids, &case.weights).expect("layer");
+        layer.fill_random_from(seed, dist).expect("fill");
+        layer.inputs().expect("inputs")
+    };
+    let vals = |b: &[u16], std: f64| -> Vec<f64> { b.iter().map(|&v| half::bf16::from_bits(v).to_f64() / std).collect() };
+    let (x, w13, w2, dy) = draw(3, InputDist::Normal);
+    for (name, v) in [("x", vals(&x, 1.0)), ("w13", vals(&w13, h.powf(-0.5))), ("w2", vals(&w2, i.powf(-0.5))), ("dy", vals(&dy, 1.0))] {
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        let std = (v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n).sqrt();
+        let beyond2 = v.iter().filter(|x| x.abs() > 2.0).count() as f64 / n;
+        assert!(mean.abs() < 0.01 && (std - 1.0).abs() < 0.01, "{name}: mean {mean}, std {std} in units of its std");
+        assert!((beyond2 - 0.0455).abs() < 0.005, "{name}: P(|z| > 2) = {beyond2}, a normal's is 0.0455");
+        assert!(v.iter().all(|x| x.is_finite() && x.abs() < 6.0), "{name}: a value beyond 6 std");
+    }
+    assert_ne!(draw(4, InputDist::Normal).0, x, "another seed, other bits");
+    let (ux, ..) = draw(3, InputDist::Uniform);
+    assert!(vals(&ux, 1.0).iter().all(|v| v.abs() <= 3f64.sqrt() * 1.004), "uniform x inside [-sqrt 3, sqrt 3]");
+}

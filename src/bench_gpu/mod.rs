@@ -12,7 +12,7 @@ use std::process::Command as Process;
 use clap::Args;
 use half::bf16;
 use moe_kernels::fast::check::{check, HostCase, Scope};
-use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, KernelSettings, KernelTime, TileOrder, ENGINES};
+use moe_kernels::fast::{Engine, FastDims, FastKernels, FastLayer, InputDist, KernelSettings, KernelTime, TileOrder, ENGINES};
 use moe_kernels::{Gpu, GpuError};
 use moe_reference::config::Activation;
 use moe_reference::dispatch::RowMap;
@@ -60,7 +60,7 @@ pub struct BenchGpuArgs {
     /// A/B comparison in one process: a second layer built with these settings, `NAME=VALUE` pairs
     /// separated by `;` (MOE_FAST_DEFINES, MOE_FAST_CLUSTERED, MOE_FAST_CLUSTERS, MOE_FAST_DYNAMIC,
     /// MOE_FAST_LINEINFO for the kernels; MOE_FAST_GATHER_FIRST, MOE_FAST_GEMM1_GATHER_FIRST, MOE_FAST_SAVE_X_ROWS,
-    /// MOE_FAST_RASTER_M, MOE_FAST_DY_ROWS_FROM_DA for the layer),
+    /// MOE_FAST_RASTER_M, MOE_FAST_DY_ROWS_FROM_DA for the layer; INPUTS=normal|uniform for B's inputs),
     /// timed against the settings of the environment rep by rep in the order A B B A A B ..., so that the
     /// clock's drift under the power cap falls on both; reports both medians, the per-round ratio, per-kernel
     /// times, whether the outputs are bitwise the same, and B's oracle check. One engine; not with --baseline.
@@ -78,6 +78,27 @@ pub struct BenchGpuArgs {
     /// the default; 1000 gives ~1 % with a counter updated every few ms). At most 60000.
     #[arg(long, default_value_t = 0)]
     pub kernel_energy_ms: u64,
+    /// The inputs' distribution (x, the router's and the experts' weights, dY; standard deviations 1, H^-1/2,
+    /// H^-1/2 and I^-1/2, dY 1): normal, as the PyTorch baseline's torch.randn (under the power cap the
+    /// tensor cores' joules, so the times, depend on the operands' bits), or uniform (every run before
+    /// session 30).
+    #[arg(long, value_enum, default_value_t = InputsArg::Normal)]
+    pub inputs: InputsArg,
+}
+
+/// `--inputs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum InputsArg {
+    Normal,
+    Uniform,
+}
+impl InputsArg {
+    fn dist(self) -> InputDist {
+        match self {
+            InputsArg::Normal => InputDist::Normal,
+            InputsArg::Uniform => InputDist::Uniform,
+        }
+    }
 }
 
 /// `--heat-ms`'s bound: ten minutes, a device call's whole limit.
@@ -119,28 +140,45 @@ fn layer_switches(assignments: &[(String, String)]) -> Result<LayerSwitches, Cli
     })
 }
 
-/// `--ab`'s settings: (kernel assignments, layer assignments).
-type AbSettings = (Vec<(String, String)>, Vec<(String, String)>);
+/// `--ab`'s settings: kernel assignments, layer assignments, and B's input distribution (`INPUTS=normal` or
+/// `uniform`; None: `--inputs`'s). B's inputs then come from the same seed in the other distribution, routed
+/// as A's (so that the tiles are the same), and B's outputs differ from A's by design.
+#[derive(Debug, Default, PartialEq)]
+struct AbSettings {
+    kernel: Vec<(String, String)>,
+    layer: Vec<(String, String)>,
+    inputs: Option<InputDist>,
+}
+
+/// `--ab`'s name for B's input distribution.
+const AB_INPUTS: &str = "INPUTS";
 
 fn parse_ab(spec: &str) -> Result<AbSettings, CliError> {
-    let (mut kernel, mut layer) = (Vec::new(), Vec::new());
+    let mut ab = AbSettings::default();
     for part in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         let Some((name, value)) = part.split_once('=') else {
             return Err(fail(format!("--ab: {part:?} is not NAME=VALUE")));
         };
         let (name, value) = (name.trim().to_string(), value.trim().to_string());
-        if LAYER_VARIABLES.contains(&name.as_str()) {
+        let (kernel, layer) = (&mut ab.kernel, &mut ab.layer);
+        if name == AB_INPUTS {
+            ab.inputs = Some(match value.as_str() {
+                "normal" => InputDist::Normal,
+                "uniform" => InputDist::Uniform,
+                _ => return Err(fail(format!("--ab: {AB_INPUTS}={value:?}: expected normal or uniform"))),
+            });
+        } else if LAYER_VARIABLES.contains(&name.as_str()) {
             layer.push((name, value));
         } else if KernelSettings::VARIABLES.contains(&name.as_str()) {
             kernel.push((name, value));
         } else {
-            return Err(fail(format!("--ab: {name} is not a setting ({}, {})", KernelSettings::VARIABLES.join(", "), LAYER_VARIABLES.join(", "))));
+            return Err(fail(format!("--ab: {name} is not a setting ({}, {}, {AB_INPUTS})", KernelSettings::VARIABLES.join(", "), LAYER_VARIABLES.join(", "))));
         }
     }
-    if kernel.is_empty() && layer.is_empty() {
+    if ab == AbSettings::default() {
         return Err(fail("--ab: no settings given".into()));
     }
-    Ok((kernel, layer))
+    Ok(ab)
 }
 
 fn preset(name: &str) -> Option<(usize, usize, usize, usize)> {
@@ -160,8 +198,9 @@ fn gpu_err(e: GpuError) -> CliError {
     CliError::Gpu(GpuRunError::Gpu(e))
 }
 
-/// Uniform bf16 values of standard deviation `std` from a seeded xorshift.
-fn uniform_bits(n: usize, std: f32, seed: u64) -> Vec<u16> {
+/// bf16 values of standard deviation `std` from `dist` and a seeded xorshift: uniform, or normal by Box-Muller
+/// on two 24-bit uniforms of one draw (the device's `fc_fill_normal` does the same on its own hash).
+fn random_bits(n: usize, std: f32, seed: u64, dist: InputDist) -> Vec<u16> {
     let a = 3f32.sqrt() * std;
     (0..n)
         .into_par_iter()
@@ -173,7 +212,14 @@ fn uniform_bits(n: usize, std: f32, seed: u64) -> Vec<u16> {
                 g ^= g >> 7;
                 g ^= g << 17;
                 let u = (g >> 40) as f32 / (1u64 << 24) as f32;
-                bf16::from_f32((2.0 * u - 1.0) * a).to_bits()
+                let v = match dist {
+                    InputDist::Uniform => (2.0 * u - 1.0) * a,
+                    InputDist::Normal => {
+                        let (u1, u2) = (u + 0.5 / (1u64 << 24) as f32, ((g >> 16) & 0xFF_FFFF) as f32 / (1u64 << 24) as f32);
+                        (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos() * std
+                    }
+                };
+                bf16::from_f32(v).to_bits()
             })
         })
         .collect()
@@ -534,20 +580,21 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
     // the persistent engine's layer switches, A's from the environment and B's with --ab's assignments over it
     // (read before any GPU work, so that a bad value is an error up front)
     let switches = layer_switches(&[])?;
-    let switches_b = ab.as_ref().map(|(_, layer_set)| layer_switches(layer_set)).transpose()?;
+    let switches_b = ab.as_ref().map(|ab| layer_switches(&ab.layer)).transpose()?;
     let gpu = Gpu::open(0).map_err(gpu_err)?;
     let settings = KernelSettings::from_env();
     let kern = FastKernels::load_with(&gpu, args.stages, &settings).map_err(gpu_err)?;
     let heat = Heat::new(&gpu, args.heat_ms, args.kernel_energy_ms > 0);
-    println!("GPU: {} ({}), fast kernels: wgmma row GEMMs {}, mma.sync ({} cp.async stages)", gpu.name, kern.arch, if kern.wgmma { "available" } else { "unavailable" }, kern.stages);
-    let x = uniform_bits(t * h, 1.0, args.seed);
-    let wr = uniform_bits(e * h, 1.0 / (h as f32).sqrt(), args.seed ^ 0x5bd1e995);
+    println!("GPU: {} ({}), fast kernels: wgmma row GEMMs {}, mma.sync ({} cp.async stages); inputs {:?}", gpu.name, kern.arch, if kern.wgmma { "available" } else { "unavailable" }, kern.stages, args.inputs);
+    let dist = args.inputs.dist();
+    let x = random_bits(t * h, 1.0, args.seed, dist);
+    let wr = random_bits(e * h, 1.0 / (h as f32).sqrt(), args.seed ^ 0x5bd1e995, dist);
     let (ids, w) = route(&x, &wr, t, h, e, k);
     let ids_2d = ArrayView2::from_shape((t, k), &ids).map_err(|err| fail(format!("routing ids: {err}")))?;
     println!("{}", padding_line(&row_tile_padding(&RowMap::build(ids_2d, e))));
     let dims = FastDims { tokens: t, hidden: h, inter: i, experts: e, top_k: k };
     let mut layer = FastLayer::new(&gpu, &kern, dims, Activation::Swiglu, &ids, &w).map_err(gpu_err)?;
-    layer.fill_random(args.seed).map_err(gpu_err)?;
+    layer.fill_random_from(args.seed, dist).map_err(gpu_err)?;
     layer.upload_x(&x).map_err(gpu_err)?;
 
     let mut results = Vec::new();
@@ -565,11 +612,12 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
         layer.use_dy_rows_from_da(sw.dy_rows_from_da);
         layer.set_tile_order(sw.tile_order);
     };
-    if let (Some((kernel_set, _)), Some(switches_b)) = (&ab, &switches_b) {
-        let kern_b = FastKernels::load_with(&gpu, args.stages, &settings.with(kernel_set).map_err(gpu_err)?).map_err(gpu_err)?;
+    if let (Some(ab), Some(switches_b)) = (&ab, &switches_b) {
+        let kern_b = FastKernels::load_with(&gpu, args.stages, &settings.with(&ab.kernel).map_err(gpu_err)?).map_err(gpu_err)?;
         let mut layer_b = FastLayer::new(&gpu, &kern_b, dims, Activation::Swiglu, &ids, &w).map_err(gpu_err)?;
-        layer_b.fill_random(args.seed).map_err(gpu_err)?;
-        layer_b.upload_x(&x).map_err(gpu_err)?;
+        let dist_b = ab.inputs.unwrap_or(dist);
+        layer_b.fill_random_from(args.seed, dist_b).map_err(gpu_err)?;
+        layer_b.upload_x(&if dist_b == dist { x.clone() } else { random_bits(t * h, 1.0, args.seed, dist_b) }).map_err(gpu_err)?;
         for (l, sw) in [(&mut layer, &switches), (&mut layer_b, switches_b)] {
             l.set_engine(engines[0]).map_err(gpu_err)?;
             set_switches(l, sw);
@@ -625,7 +673,7 @@ mod tests {
     use super::*;
 
     fn args(preset: &str, tokens: usize, engines: &str) -> BenchGpuArgs {
-        BenchGpuArgs { preset: preset.into(), tokens, check_tokens: 1, check_wgrad: 1, reps: 1, stages: 3, baseline: None, engines: engines.into(), seed: 1, ab: None, heat_ms: 0, kernel_energy_ms: 0 }
+        BenchGpuArgs { preset: preset.into(), tokens, check_tokens: 1, check_wgrad: 1, reps: 1, stages: 3, baseline: None, engines: engines.into(), seed: 1, ab: None, heat_ms: 0, kernel_energy_ms: 0, inputs: InputsArg::Normal }
     }
 
     #[test]
@@ -656,10 +704,17 @@ mod tests {
 
     #[test]
     fn ab_settings_split_into_kernel_and_layer_ones() {
-        let (kernel, layer) = parse_ab("MOE_FAST_DEFINES=WS_CLUSTER=2 WS_EXP_CLOCKS; MOE_FAST_GEMM1_GATHER_FIRST=1;MOE_FAST_CLUSTERED=ws_wgrad").unwrap();
+        let ab = parse_ab("MOE_FAST_DEFINES=WS_CLUSTER=2 WS_EXP_CLOCKS; MOE_FAST_GEMM1_GATHER_FIRST=1;MOE_FAST_CLUSTERED=ws_wgrad").unwrap();
         let pairs = |v: &[(&str, &str)]| v.iter().map(|(n, x)| (n.to_string(), x.to_string())).collect::<Vec<_>>();
-        assert_eq!(kernel, pairs(&[("MOE_FAST_DEFINES", "WS_CLUSTER=2 WS_EXP_CLOCKS"), ("MOE_FAST_CLUSTERED", "ws_wgrad")]));
-        assert_eq!(layer, pairs(&[("MOE_FAST_GEMM1_GATHER_FIRST", "1")]));
+        assert_eq!(ab.kernel, pairs(&[("MOE_FAST_DEFINES", "WS_CLUSTER=2 WS_EXP_CLOCKS"), ("MOE_FAST_CLUSTERED", "ws_wgrad")]));
+        assert_eq!(ab.layer, pairs(&[("MOE_FAST_GEMM1_GATHER_FIRST", "1")]));
+        assert_eq!(ab.inputs, None);
+        // B's inputs alone are a setting too; a distribution other than the two is an error naming it
+        assert_eq!(parse_ab(" INPUTS = uniform ").unwrap(), AbSettings { inputs: Some(InputDist::Uniform), ..Default::default() });
+        assert_eq!(parse_ab("INPUTS=normal;MOE_FAST_RASTER_M=0").unwrap().inputs, Some(InputDist::Normal));
+        let bad = parse_ab("INPUTS=gaussian").unwrap_err().to_string();
+        assert!(bad.contains("INPUTS") && bad.contains("gaussian"), "{bad}");
+        assert!(parse_ab(" ; ").unwrap_err().to_string().contains("no settings"));
         // the layer's switches: an assignment wins over the environment's (which a test cannot set safely,
         // so only the assignments' side is shown here)
         let sw = layer_switches(&pairs(&[("MOE_FAST_GATHER_FIRST", "0"), ("MOE_FAST_GEMM1_GATHER_FIRST", "1"), ("MOE_FAST_SAVE_X_ROWS", "1"), ("MOE_FAST_RASTER_M", "8"), ("MOE_FAST_DY_ROWS_FROM_DA", "0")]));
@@ -712,11 +767,33 @@ print(json.dumps({"fwd_ms": 6.3741, "fwd_bwd_ms": 13.4767, "compile": "--compile
         assert_eq!((burst.fwd, burst.both, burst.joules), (6.3741, 13.4767, None));
     }
 
+    /// The normal draws have the standard deviation asked for and a normal's tails (a uniform of the same
+    /// standard deviation has none beyond 1.73 σ); the same seed gives the same bits, another seed others.
+    #[test]
+    fn normal_inputs_are_normal() {
+        let n = 1 << 20;
+        let v: Vec<f64> = random_bits(n, 0.5, 7, InputDist::Normal).iter().map(|&b| bf16::from_bits(b).to_f64() / 0.5).collect();
+        let mean = v.iter().sum::<f64>() / n as f64;
+        let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64;
+        let beyond = |c: f64| v.iter().filter(|x| x.abs() > c).count() as f64 / n as f64;
+        assert!(mean.abs() < 0.005, "mean {mean}");
+        assert!((var.sqrt() - 1.0).abs() < 0.005, "std {}", var.sqrt());
+        // P(|Z| > 1) = 0.3173, P(|Z| > 2) = 0.0455, P(|Z| > 3) = 0.0027
+        for (c, p) in [(1.0, 0.3173), (2.0, 0.0455), (3.0, 0.0027)] {
+            assert!((beyond(c) - p).abs() < 0.1 * p, "P(|z| > {c}) = {} against {p}", beyond(c));
+        }
+        assert!(v.iter().all(|x| x.is_finite() && x.abs() < 6.0));
+        assert_eq!(random_bits(1000, 1.0, 7, InputDist::Normal), random_bits(1000, 1.0, 7, InputDist::Normal));
+        assert_ne!(random_bits(1000, 1.0, 7, InputDist::Normal), random_bits(1000, 1.0, 8, InputDist::Normal));
+        let u: Vec<f64> = random_bits(n, 1.0, 7, InputDist::Uniform).iter().map(|&b| bf16::from_bits(b).to_f64()).collect();
+        assert!(u.iter().all(|x| x.abs() <= 3f64.sqrt() * 1.004), "uniform within its interval");
+    }
+
     #[test]
     fn host_routing_is_a_renormalised_top_k_of_the_softmax() {
         let (t, h, e, k) = (64, 32, 16, 4);
-        let x = uniform_bits(t * h, 1.0, 5);
-        let wr = uniform_bits(e * h, 0.2, 6);
+        let x = random_bits(t * h, 1.0, 5, InputDist::Uniform);
+        let wr = random_bits(e * h, 0.2, 6, InputDist::Uniform);
         let (ids, w) = route(&x, &wr, t, h, e, k);
         let xf: Vec<f64> = x.iter().map(|&b| bf16::from_bits(b).to_f64()).collect();
         let wf: Vec<f64> = wr.iter().map(|&b| bf16::from_bits(b).to_f64()).collect();

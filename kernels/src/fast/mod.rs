@@ -29,5 +29,5 @@ mod tma;
 mod trace;
 
 pub use kernels::{FastKernels, KernelSettings};
-pub use layer::{Engine, FastBuffers, FastDims, FastLayer, Inputs, KernelTime, TileOrder, ENGINES, NOT_REPEATABLE};
+pub use layer::{Engine, FastBuffers, FastDims, FastLayer, InputDist, Inputs, KernelTime, TileOrder, ENGINES, NOT_REPEATABLE};
 pub use trace::FastTrace;

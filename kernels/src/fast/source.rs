@@ -23,7 +23,7 @@ pub const WG_SMEM: usize = 4 * (128 + 256) * 64 * 2 + 1024;
 /// with the kernels' ~1 KiB of static shared memory, inside the 227 KiB a block may have on sm_90).
 pub const WS_SMEM: usize = WG_SMEM + 2 * 16384;
 /// The other entry points.
-pub const OTHERS: &[&str] = &["fr_count", "fr_scan", "fr_fill", "fc_combine", "fc_slot_grad", "fc_fill_random", "fc_transpose", "fc_swiglu_bwd_rows", "fc_scatter_rows", "ws_clk_dump"];
+pub const OTHERS: &[&str] = &["fr_count", "fr_scan", "fr_fill", "fc_combine", "fc_slot_grad", "fc_fill_random", "fc_fill_normal", "fc_transpose", "fc_swiglu_bwd_rows", "fc_scatter_rows", "ws_clk_dump"];
 
 /// All fast kernels as one source, with the pipeline depth fixed at compile time.
 pub fn translation_unit(stages: usize) -> String {

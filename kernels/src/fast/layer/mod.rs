@@ -103,6 +103,15 @@ struct GemmParams {
 // SAFETY: plain old data with the C layout of FastGemmParams (pointers as u64, then i64s, i32s, f32s, an i32).
 unsafe impl DeviceRepr for GemmParams {}
 
+/// The distribution of `FastLayer::fill_random_from`'s values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputDist {
+    /// Uniform on [-√3 σ, √3 σ) (`fill_random`; every benchmark before session 30).
+    Uniform,
+    /// Normal (Box-Muller), as the PyTorch baseline's `torch.randn`.
+    Normal,
+}
+
 /// Fill bf16 buffers with NaN (fc_fill_random with a NaN scale), so that a test sees any element left unwritten.
 fn fill_nan<const N: usize>(gpu: &Gpu, k: &FastKernels, bufs: [&mut CudaSlice<u16>; N]) -> Result<(), GpuError> {
     let (nan, f) = (f32::NAN, k.f("fc_fill_random"));
@@ -375,10 +384,19 @@ impl<'g> FastLayer<'g> {
     /// Fill x, dy with uniform values of standard deviation 1, w13 with std H^-1/2 and w2 with std I^-1/2
     /// (the PyTorch baseline's scales), on the device.
     pub fn fill_random(&mut self, seed: u64) -> Result<(), GpuError> {
+        self.fill_random_from(seed, InputDist::Uniform)
+    }
+
+    /// `fill_random` with the values drawn from `dist` (same standard deviations).
+    pub fn fill_random_from(&mut self, seed: u64, dist: InputDist) -> Result<(), GpuError> {
         let FastDims { hidden: hd, inter: id, .. } = self.dims;
         self.x_rows_fresh = false;
-        let sqrt3 = 3f32.sqrt();
-        let plan = [(0u64, sqrt3), (1, sqrt3 / (hd as f32).sqrt()), (2, sqrt3 / (id as f32).sqrt()), (3, sqrt3)];
+        // the kernels' parameter: the half-width of the uniform interval, or the normal's standard deviation
+        let (kernel, unit) = match dist {
+            InputDist::Uniform => ("fc_fill_random", 3f32.sqrt()),
+            InputDist::Normal => ("fc_fill_normal", 1.0),
+        };
+        let plan = [(0u64, unit), (1, unit / (hd as f32).sqrt()), (2, unit / (id as f32).sqrt()), (3, unit)];
         for (i, scale) in plan {
             let buf = match i {
                 0 => &mut self.x,
@@ -389,8 +407,9 @@ impl<'g> FastLayer<'g> {
             let n = buf.len() as i64;
             let sd = seed.wrapping_mul(0x9E37_79B9).wrapping_add(i);
             let cfg = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-            // SAFETY: fc_fill_random(bf16*, long long, unsigned long long, float) writes n elements of buf.
-            unsafe { self.gpu.stream.launch_builder(self.k.f("fc_fill_random")).arg(buf).arg(&n).arg(&sd).arg(&scale).launch(cfg)? };
+            // SAFETY: fc_fill_random and fc_fill_normal (bf16*, long long, unsigned long long, float) write n
+            // elements of buf.
+            unsafe { self.gpu.stream.launch_builder(self.k.f(kernel)).arg(buf).arg(&n).arg(&sd).arg(&scale).launch(cfg)? };
         }
         Ok(())
     }
