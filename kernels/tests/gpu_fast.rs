@@ -360,3 +360,32 @@ fn device_random_inputs_have_their_distribution() {
     let (ux, ..) = draw(3, InputDist::Uniform);
     assert!(vals(&ux, 1.0).iter().all(|v| v.abs() <= 3f64.sqrt() * 1.004), "uniform x inside [-sqrt 3, sqrt 3]");
 }
+
+/// `FastLayer::seed_intermediates_from` (bench-gpu `--ab "...; SEED_FROM_A=1"`): a layer that has run no pass
+/// holds, after seeding, the other layer's H, A and o bitwise (dA_raw is not in the trace; the same copy),
+/// and a forward of its own then leaves them as they were (same inputs); layers of other dims are refused.
+#[test]
+fn seeding_copies_the_gemm_written_intermediates() {
+    let Some(gpu) = gpu_for_test("seeding_copies_the_gemm_written_intermediates") else { return };
+    let kern = kernels_for(&gpu);
+    let case = FastCase::new(9, 300, 256, 192, 4, 2, Activation::Swiglu, 0.05);
+    let layer = |c: &FastCase| {
+        let mut l = FastLayer::new(&gpu, &kern, c.dims, c.act, &c.ids, &c.weights).expect("layer");
+        l.upload(&c.x, &c.w13, &c.w2, &c.dy).expect("upload");
+        l
+    };
+    let mut a = layer(&case);
+    a.forward().expect("forward");
+    a.backward().expect("backward");
+    let ta = a.trace().expect("trace");
+    assert!(ta.h.iter().any(|&v| v != 0), "A's pass wrote H");
+    let mut b = layer(&case);
+    assert!(b.trace().expect("trace").h.iter().all(|&v| v == 0), "B has run no pass");
+    b.seed_intermediates_from(&a).expect("seed");
+    let tb = b.trace().expect("trace");
+    assert!(ta.h == tb.h && ta.a == tb.a && ta.o == tb.o, "H, A and o copied bitwise");
+    assert!(tb.dh.iter().all(|&v| v == 0), "only the GEMM-written intermediates are copied");
+    let other = FastCase::new(9, 300, 256, 128, 4, 2, Activation::Swiglu, 0.05);
+    let err = layer(&other).seed_intermediates_from(&a).expect_err("other dims are refused");
+    assert!(err.to_string().contains("seed_intermediates_from"), "{err}");
+}

@@ -60,7 +60,8 @@ pub struct BenchGpuArgs {
     /// A/B comparison in one process: a second layer built with these settings, `NAME=VALUE` pairs
     /// separated by `;` (MOE_FAST_DEFINES, MOE_FAST_CLUSTERED, MOE_FAST_CLUSTERS, MOE_FAST_DYNAMIC,
     /// MOE_FAST_LINEINFO for the kernels; MOE_FAST_GATHER_FIRST, MOE_FAST_GEMM1_GATHER_FIRST, MOE_FAST_SAVE_X_ROWS,
-    /// MOE_FAST_RASTER_M, MOE_FAST_DY_ROWS_FROM_DA for the layer; INPUTS=normal|uniform for B's inputs),
+    /// MOE_FAST_RASTER_M, MOE_FAST_DY_ROWS_FROM_DA for the layer; INPUTS=normal|uniform for B's inputs;
+    /// SEED_FROM_A=1: B's GEMM-written intermediates copied from A, for experiments that write none),
     /// timed against the settings of the environment rep by rep in the order A B B A A B ..., so that the
     /// clock's drift under the power cap falls on both; reports both medians, the per-round ratio, per-kernel
     /// times, whether the outputs are bitwise the same, and B's oracle check. One engine; not with --baseline.
@@ -140,18 +141,24 @@ fn layer_switches(assignments: &[(String, String)]) -> Result<LayerSwitches, Cli
     })
 }
 
-/// `--ab`'s settings: kernel assignments, layer assignments, and B's input distribution (`INPUTS=normal` or
-/// `uniform`; None: `--inputs`'s). B's inputs then come from the same seed in the other distribution, routed
-/// as A's (so that the tiles are the same), and B's outputs differ from A's by design.
+/// `--ab`'s settings: kernel assignments, layer assignments, B's input distribution (`INPUTS=normal` or
+/// `uniform`; None: `--inputs`'s), and whether B's GEMM-written intermediates are seeded from A
+/// (`SEED_FROM_A=1`). With another distribution B's inputs come from the same seed, routed as A's (so that
+/// the tiles are the same), and B's outputs differ from A's by design. Seeding is for experiments whose
+/// GEMMs write nothing (`WS_EXP_NO_STORE`): without it B's later kernels read zeros, which at the power cap
+/// run faster for that reason alone; with it B's outputs are partly A's, so they are neither compared nor
+/// checked.
 #[derive(Debug, Default, PartialEq)]
 struct AbSettings {
     kernel: Vec<(String, String)>,
     layer: Vec<(String, String)>,
     inputs: Option<InputDist>,
+    seed_from_a: bool,
 }
 
-/// `--ab`'s name for B's input distribution.
+/// `--ab`'s names for B's input distribution and for seeding B's intermediates from A.
 const AB_INPUTS: &str = "INPUTS";
+const AB_SEED: &str = "SEED_FROM_A";
 
 fn parse_ab(spec: &str) -> Result<AbSettings, CliError> {
     let mut ab = AbSettings::default();
@@ -167,12 +174,18 @@ fn parse_ab(spec: &str) -> Result<AbSettings, CliError> {
                 "uniform" => InputDist::Uniform,
                 _ => return Err(fail(format!("--ab: {AB_INPUTS}={value:?}: expected normal or uniform"))),
             });
+        } else if name == AB_SEED {
+            ab.seed_from_a = match value.as_str() {
+                "1" => true,
+                "0" => false,
+                _ => return Err(fail(format!("--ab: {AB_SEED}={value:?}: expected 1 or 0"))),
+            };
         } else if LAYER_VARIABLES.contains(&name.as_str()) {
             layer.push((name, value));
         } else if KernelSettings::VARIABLES.contains(&name.as_str()) {
             kernel.push((name, value));
         } else {
-            return Err(fail(format!("--ab: {name} is not a setting ({}, {}, {AB_INPUTS})", KernelSettings::VARIABLES.join(", "), LAYER_VARIABLES.join(", "))));
+            return Err(fail(format!("--ab: {name} is not a setting ({}, {}, {AB_INPUTS}, {AB_SEED})", KernelSettings::VARIABLES.join(", "), LAYER_VARIABLES.join(", "))));
         }
     }
     if ab == AbSettings::default() {
@@ -448,11 +461,15 @@ fn kernel_medians(layers: &mut [&mut FastLayer], passes: usize) -> Result<Vec<Ve
 
 /// `--ab`: time layers A and B (same inputs, same engine, other settings) rep by rep in the order A B B A
 /// A B ..., then per kernel, then compare their outputs bitwise and check B against the oracle.
-fn ab_measure<'g>(a: &mut FastLayer<'g>, b: &mut FastLayer<'g>, args: &BenchGpuArgs, heat: &Heat, ids: &[i32], w: &[f32]) -> Result<Option<String>, CliError> {
+fn ab_measure<'g>(a: &mut FastLayer<'g>, b: &mut FastLayer<'g>, args: &BenchGpuArgs, heat: &Heat, ids: &[i32], w: &[f32], seed_from_a: bool) -> Result<Option<String>, CliError> {
     let pass = |l: &mut FastLayer| -> Result<f32, CliError> { l.median_ms(1, fwd_bwd).map_err(gpu_err) };
     for _ in 0..3 {
         pass(a)?;
         pass(b)?;
+    }
+    if seed_from_a {
+        b.seed_intermediates_from(a).map_err(gpu_err)?;
+        println!("B's H, A, o and dA_raw seeded from A's pass ({AB_SEED}=1): B's outputs are not compared or checked");
     }
     // (--heat-ms: A alone heats; the rounds then alternate, so B runs as hot)
     heat.run(a, fwd_bwd)?;
@@ -484,6 +501,9 @@ fn ab_measure<'g>(a: &mut FastLayer<'g>, b: &mut FastLayer<'g>, args: &BenchGpuA
     }
     for (name, y) in per[1].iter().filter(|(n, _)| !per[0].iter().any(|(m, _)| m == n)) {
         println!("  {name:<18}        - {y:8.3}");
+    }
+    if seed_from_a {
+        return Ok(None);
     }
     match a.trace().map_err(gpu_err)?.first_difference(&b.trace().map_err(gpu_err)?) {
         None => println!("outputs: B's bitwise A's"),
@@ -623,7 +643,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
             set_switches(l, sw);
         }
         println!("-- A/B, engine {}; preset {} tokens {t}: A the environment's settings, B with {}", layer.engine(), args.preset, args.ab.as_deref().unwrap_or(""));
-        return match ab_measure(&mut layer, &mut layer_b, args, &heat, &ids, &w)? {
+        return match ab_measure(&mut layer, &mut layer_b, args, &heat, &ids, &w, ab.seed_from_a)? {
             None => Ok(()),
             Some(f) => Err(fail(f)),
         };
@@ -714,6 +734,10 @@ mod tests {
         assert_eq!(parse_ab("INPUTS=normal;MOE_FAST_RASTER_M=0").unwrap().inputs, Some(InputDist::Normal));
         let bad = parse_ab("INPUTS=gaussian").unwrap_err().to_string();
         assert!(bad.contains("INPUTS") && bad.contains("gaussian"), "{bad}");
+        let seeded = parse_ab("MOE_FAST_DEFINES=WS_EXP_NO_STORE; SEED_FROM_A=1").unwrap();
+        assert!(seeded.seed_from_a && seeded.kernel.len() == 1 && seeded.inputs.is_none());
+        assert!(!parse_ab("MOE_FAST_RASTER_M=0").unwrap().seed_from_a);
+        assert!(parse_ab("SEED_FROM_A=yes").unwrap_err().to_string().contains("SEED_FROM_A"));
         assert!(parse_ab(" ; ").unwrap_err().to_string().contains("no settings"));
         // the layer's switches: an assignment wins over the environment's (which a test cannot set safely,
         // so only the assignments' side is shown here)

@@ -28,7 +28,7 @@ const ROUTE_CHUNK: usize = 256;
 pub const NOT_REPEATABLE: &[&str] = &["route_scan"];
 
 /// Layer shape.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FastDims {
     pub tokens: usize,
     pub hidden: usize,
@@ -850,6 +850,26 @@ impl<'g> FastLayer<'g> {
             if !src.is_empty() {
                 s.memcpy_dtod(src, dst)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Copy the intermediates that only the GEMMs write (H, A, o, dA_raw) from `other`, a layer of the same
+    /// dims and routing after a pass. For timing experiments whose GEMMs write nothing (`WS_EXP_NO_STORE`):
+    /// the kernels after them then read `other`'s values instead of this layer's zeros, which under the power
+    /// cap would run faster for that reason alone (session 30). This layer's outputs are then no longer its
+    /// own: do not compare or check them.
+    pub fn seed_intermediates_from(&mut self, other: &FastLayer) -> Result<(), GpuError> {
+        if other.dims != self.dims || other.rows != self.rows {
+            return Err(GpuError::Input("seed_intermediates_from: the layers' dims or routed rows differ".into()));
+        }
+        let s = &self.gpu.stream;
+        other.sync()?;
+        for (src, dst) in [(&other.h, &mut self.h), (&other.a, &mut self.a), (&other.o, &mut self.o), (&other.da_raw, &mut self.da_raw)] {
+            if src.len() != dst.len() {
+                return Err(GpuError::Input("seed_intermediates_from: the layers' buffers differ in size".into()));
+            }
+            s.memcpy_dtod(src, dst)?;
         }
         Ok(())
     }
