@@ -435,7 +435,9 @@ struct WsOut {
     template <class Fill, class Store>
     __device__ __forceinline__ void box(Fill fill, Store store, bool by_threads = false) {
         const unsigned slot = st + (n % WS_OUT_SLOTS) * 8192;
+#ifndef WS_EXP_NO_FILL  // experiment: the boxes stored as the slot holds them, unfilled (results wrong)
         fill(slot);
+#endif
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the writes, visible to the TMA unit
 #ifndef WS_EXP_NO_READ_WAIT  // experiment: time the epilogue without its waits (races: results wrong)
         if (leader) bulk_wait_read<WS_OUT_SLOTS - 2>();
@@ -443,7 +445,9 @@ struct WsOut {
 #ifdef WS_EXP_CLOCKS
         const long long c0 = clock64();
 #endif
+#ifndef WS_EXP_NO_BOX_SYNC  // experiment: no barrier between the box's fill and its store (races: results wrong)
         consumer_sync(wg);
+#endif
 #ifdef WS_EXP_CLOCKS
         const long long c1 = clock64();
         c_sync += c1 - c0;
