@@ -81,8 +81,8 @@ pub struct BenchGpuArgs {
     pub kernel_energy_ms: u64,
     /// The inputs' distribution (x, the router's and the experts' weights, dY; standard deviations 1, H^-1/2,
     /// H^-1/2 and I^-1/2, dY 1): normal, as the PyTorch baseline's torch.randn (under the power cap the
-    /// tensor cores' joules, so the times, depend on the operands' bits), or uniform (every run before
-    /// session 30).
+    /// tensor cores' joules, so the times, may depend on the operands' bits; session 30 measured both at the
+    /// same speed), or uniform (every run before session 30).
     #[arg(long, value_enum, default_value_t = InputsArg::Normal)]
     pub inputs: InputsArg,
 }
@@ -145,9 +145,9 @@ fn layer_switches(assignments: &[(String, String)]) -> Result<LayerSwitches, Cli
 /// `uniform`; None: `--inputs`'s), and whether B's GEMM-written intermediates are seeded from A
 /// (`SEED_FROM_A=1`). With another distribution B's inputs come from the same seed, routed as A's (so that
 /// the tiles are the same), and B's outputs differ from A's by design. Seeding is for experiments whose
-/// GEMMs write nothing (`WS_EXP_NO_STORE`): without it B's later kernels read zeros, which at the power cap
-/// run faster for that reason alone; with it B's outputs are partly A's, so they are neither compared nor
-/// checked.
+/// GEMMs write nothing (`WS_EXP_NO_STORE`): without it B's later kernels read zeros, whose speed need not be
+/// that of real operands (session 30: the GEMMs' within 2%, swiglu_bwd_rows' 25% off); with it B's outputs
+/// are partly A's, so they are neither compared nor checked.
 #[derive(Debug, Default, PartialEq)]
 struct AbSettings {
     kernel: Vec<(String, String)>,
@@ -167,7 +167,6 @@ fn parse_ab(spec: &str) -> Result<AbSettings, CliError> {
             return Err(fail(format!("--ab: {part:?} is not NAME=VALUE")));
         };
         let (name, value) = (name.trim().to_string(), value.trim().to_string());
-        let (kernel, layer) = (&mut ab.kernel, &mut ab.layer);
         if name == AB_INPUTS {
             ab.inputs = Some(match value.as_str() {
                 "normal" => InputDist::Normal,
@@ -181,9 +180,9 @@ fn parse_ab(spec: &str) -> Result<AbSettings, CliError> {
                 _ => return Err(fail(format!("--ab: {AB_SEED}={value:?}: expected 1 or 0"))),
             };
         } else if LAYER_VARIABLES.contains(&name.as_str()) {
-            layer.push((name, value));
+            ab.layer.push((name, value));
         } else if KernelSettings::VARIABLES.contains(&name.as_str()) {
-            kernel.push((name, value));
+            ab.kernel.push((name, value));
         } else {
             return Err(fail(format!("--ab: {name} is not a setting ({}, {}, {AB_INPUTS}, {AB_SEED})", KernelSettings::VARIABLES.join(", "), LAYER_VARIABLES.join(", "))));
         }

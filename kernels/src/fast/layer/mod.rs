@@ -856,9 +856,9 @@ impl<'g> FastLayer<'g> {
 
     /// Copy the intermediates that only the GEMMs write (H, A, o, dA_raw) from `other`, a layer of the same
     /// dims and routing after a pass. For timing experiments whose GEMMs write nothing (`WS_EXP_NO_STORE`):
-    /// the kernels after them then read `other`'s values instead of this layer's zeros, which under the power
-    /// cap would run faster for that reason alone (session 30). This layer's outputs are then no longer its
-    /// own: do not compare or check them.
+    /// the kernels after them then read `other`'s values instead of this layer's zeros, whose speed need not
+    /// be that of real operands (session 30: swiglu_bwd_rows ran 25% slower on them). This layer's outputs
+    /// are then no longer its own: do not compare or check them.
     pub fn seed_intermediates_from(&mut self, other: &FastLayer) -> Result<(), GpuError> {
         if other.dims != self.dims || other.rows != self.rows {
             return Err(GpuError::Input("seed_intermediates_from: the layers' dims or routed rows differ".into()));
