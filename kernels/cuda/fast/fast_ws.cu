@@ -389,6 +389,14 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 #ifndef WS_SKIP_EMPTY_K
 #define WS_SKIP_EMPTY_K 0
 #endif
+// WS_MMA_OVERWRITE: a tile's first wgmma overwrites the accumulators (scale-d 0) instead of each consumer
+//   thread zeroing its 128 of them between two main loops, where the tensor cores wait (session 30: the work
+//   between main loops is 7-17% of each GEMM under heat). Zeroed still where no wgmma runs: a weight-gradient
+//   tile with no k-tiles (an expert without rows: its gradient is zero) and a skipping warpgroup. Untested on
+//   a GPU.
+#ifndef WS_MMA_OVERWRITE
+#define WS_MMA_OVERWRITE 0
+#endif
 #ifndef WS_STAGES
 #define WS_STAGES WG_STAGES
 #endif
@@ -994,8 +1002,15 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                               __shfl_sync(0xffffffffu, (int)(w.m0 + 64 * wg >= w.m_end), 0) != 0;
 #endif
             float d[128];
+#if WS_MMA_OVERWRITE  // (a row GEMM's tiles all have k-tiles: K is H or I, never 0)
+#if WS_SKIP_EMPTY_WG
+            if ((KIND == 2 && w.nk == 0) || skip)
+#else
+            if (KIND == 2 && w.nk == 0)
+#endif
+#endif
 #pragma unroll
-            for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+                for (int i = 0; i < 128; ++i) d[i] = 0.0f;
 #ifdef WS_EXP_CLOCKS
             const long long c_tile = clock64();
 #endif
@@ -1020,11 +1035,11 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 // rows of the expert in this k-tile, in 16-row slices (uniform: the shuffle says so to the compiler)
                 const int live = KIND != 2 ? 4 : __shfl_sync(0xffffffffu, min(4, (w.k_end - w.k_begin - kt * WG_BK + 15) >> 4), 0);
                 if (live == 3)
-                    wg_mma_slices_tt<3>(d, sA + wg * 8192, sB);
+                    wg_mma_slices_tt<3>(d, sA + wg * 8192, sB, WS_MMA_OVERWRITE && kt == 0);
                 else if (live == 2)
-                    wg_mma_slices_tt<2>(d, sA + wg * 8192, sB);
+                    wg_mma_slices_tt<2>(d, sA + wg * 8192, sB, WS_MMA_OVERWRITE && kt == 0);
                 else if (live == 1)
-                    wg_mma_slices_tt<1>(d, sA + wg * 8192, sB);
+                    wg_mma_slices_tt<1>(d, sA + wg * 8192, sB, WS_MMA_OVERWRITE && kt == 0);
                 else
 #endif
 #if WS_SKIP_EMPTY_WG
@@ -1038,9 +1053,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 // is serialised by ptxas, C7520 "WG.AR in divergent path", which cost the clustered main loops
                 // ~40% of their cycles per k-tile)
                 if (KIND == 2)
-                    wg_mma_ktile<2>(d, sA + wg * 8192, sB);
+                    wg_mma_ktile<2>(d, sA + wg * 8192, sB, WS_MMA_OVERWRITE && kt == 0);
                 else
-                    wg_mma_ktile<KIND>(d, sA + wg * (64 * 128), sB);
+                    wg_mma_ktile<KIND>(d, sA + wg * (64 * 128), sB, WS_MMA_OVERWRITE && kt == 0);
 #endif
                 asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
                 }

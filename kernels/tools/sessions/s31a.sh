@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 30 for the next one (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"];
-# ~3 minutes on an H100, ~5 on an H200; no step starts after UNTIL s, default 240). At most 8 files in $OUT.
+# ~4 minutes on an H100, ~6 on an H200; no step starts after UNTIL s, default 240). At most 8 files in $OUT.
 # 1. On an H200 (the card; sessions 13-30 got one once, heated): the issue's own method, the burst
 #    after the warm-up against the shared baseline, both presets.
 # 2. What s30c could not run (heated 30b A/Bs): two output boxes in flight per warpgroup
@@ -17,4 +17,8 @@ esac
 export AB_HEAT=3000 AB_UNTIL=${UNTIL:-240}
 ab qwen3-30b-a3b 10 stages3-out32k "MOE_FAST_DEFINES=WS_STAGES=3 WS_STAGE_OUT_BYTES=32768"
 ab qwen3-30b-a3b 10 no-read-wait "MOE_FAST_DEFINES=WS_EXP_NO_READ_WAIT"
+# 3. (prepared in session 30, never run on a GPU) a tile's first wgmma overwrites the accumulators instead of
+#    ~56 instructions of zeroing per thread between main loops (WS_MMA_OVERWRITE=1): B's outputs should be
+#    bitwise A's and its oracle check pass; if B is faster, run gpu_fast with it before making it the default.
+ab qwen3-30b-a3b 10 mma-overwrite "MOE_FAST_DEFINES=WS_MMA_OVERWRITE=1"
 echo "total ${SECONDS}s"
