@@ -392,8 +392,9 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 // WS_MMA_OVERWRITE: a tile's first wgmma overwrites the accumulators (scale-d 0) instead of each consumer
 //   thread zeroing its 128 of them between two main loops, where the tensor cores wait (session 30: the work
 //   between main loops is 7-17% of each GEMM under heat). Zeroed still where no wgmma runs: a weight-gradient
-//   tile with no k-tiles (an expert without rows: its gradient is zero) and a skipping warpgroup. Untested on
-//   a GPU.
+//   tile with no k-tiles (an expert without rows: its gradient is zero); with WS_SKIP_EMPTY_WG every tile
+//   (a runtime zeroing for the skipping warpgroup made ptxas serialise the row GEMMs' wgmma, C7514/C7515).
+//   Untested on a GPU.
 #ifndef WS_MMA_OVERWRITE
 #define WS_MMA_OVERWRITE 0
 #endif
@@ -1002,12 +1003,8 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                               __shfl_sync(0xffffffffu, (int)(w.m0 + 64 * wg >= w.m_end), 0) != 0;
 #endif
             float d[128];
-#if WS_MMA_OVERWRITE  // (a row GEMM's tiles all have k-tiles: K is H or I, never 0)
-#if WS_SKIP_EMPTY_WG
-            if ((KIND == 2 && w.nk == 0) || skip)
-#else
+#if WS_MMA_OVERWRITE && !WS_SKIP_EMPTY_WG  // (a row GEMM's tiles all have k-tiles: K is H or I, never 0)
             if (KIND == 2 && w.nk == 0)
-#endif
 #endif
 #pragma unroll
                 for (int i = 0; i < 128; ++i) d[i] = 0.0f;
