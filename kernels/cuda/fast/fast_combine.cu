@@ -111,31 +111,34 @@ extern "C" __global__ void fc_slot_grad(const float* __restrict__ part, int n_ti
     grad_w[s] = acc;
 }
 
-// Benchmark data made on the device (large weights need no host generation or copy): bf16 values uniform in
-// [-scale, scale) from a counter hash (splitmix64) of (seed, index), so a run is reproducible.
-extern "C" __global__ void fc_fill_random(bf16_t* __restrict__ out, long long n, unsigned long long seed, float scale) {
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        unsigned long long z = seed + 0x9E3779B97F4A7C15ull * (unsigned long long)(i + 1);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        float u = (float)(z >> 40) * (1.0f / 16777216.0f);
-        out[i] = f32_to_bf16((2.0f * u - 1.0f) * scale);
-    }
+// Benchmark data made on the device (large weights need no host generation or copy), element i from a counter
+// hash (splitmix64) of (seed, i), so a run is reproducible: fill_rows calls value(hash) for every element.
+__device__ __forceinline__ unsigned long long fill_hash(unsigned long long seed, long long i) {
+    unsigned long long z = seed + 0x9E3779B97F4A7C15ull * (unsigned long long)(i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+template <class Value>
+__device__ __forceinline__ void fill_rows(bf16_t* __restrict__ out, long long n, unsigned long long seed, Value value) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        out[i] = f32_to_bf16(value(fill_hash(seed, i)));
 }
 
-// The same with normal values of standard deviation `scale`, as the PyTorch baseline draws (torch.randn): at the
-// power cap the tensor cores' joules may depend on the operands' bits, so a benchmark against it draws from the
-// same distribution (session 30 measured uniform and normal inputs at the same speed). Box-Muller on two 24-bit uniforms of one splitmix64 hash: u1 in (0, 1), so the log is finite;
-// the largest magnitude is sqrt(-2 ln 2^-25) = 5.9 standard deviations.
+// bf16 values uniform in [-scale, scale).
+extern "C" __global__ void fc_fill_random(bf16_t* __restrict__ out, long long n, unsigned long long seed, float scale) {
+    fill_rows(out, n, seed, [=](unsigned long long z) { return (2.0f * ((float)(z >> 40) * (1.0f / 16777216.0f)) - 1.0f) * scale; });
+}
+
+// Normal values of standard deviation `scale`, as the PyTorch baseline draws (torch.randn): at the power cap the
+// tensor cores' joules may depend on the operands' bits, so a benchmark against it draws from the same
+// distribution (session 30 measured uniform and normal inputs at the same speed). Box-Muller on two 24-bit
+// uniforms of one hash: u1 in (0, 1), so the log is finite; the largest magnitude is sqrt(-2 ln 2^-25) = 5.9
+// standard deviations.
 extern "C" __global__ void fc_fill_normal(bf16_t* __restrict__ out, long long n, unsigned long long seed, float scale) {
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        unsigned long long z = seed + 0x9E3779B97F4A7C15ull * (unsigned long long)(i + 1);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
+    fill_rows(out, n, seed, [=](unsigned long long z) {
         const float u1 = ((float)(z >> 40) + 0.5f) * (1.0f / 16777216.0f);
         const float u2 = (float)((z >> 16) & 0xFFFFFFull) * (1.0f / 16777216.0f);
-        out[i] = f32_to_bf16(sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2) * scale);
-    }
+        return sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2) * scale;
+    });
 }
