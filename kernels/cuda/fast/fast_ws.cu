@@ -389,15 +389,6 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 #ifndef WS_SKIP_EMPTY_K
 #define WS_SKIP_EMPTY_K 0
 #endif
-// WS_MMA_OVERWRITE: a tile's first wgmma overwrites the accumulators (scale-d 0) instead of each consumer
-//   thread zeroing its 128 of them between two main loops, where the tensor cores wait (session 30: the work
-//   between main loops is 7-17% of each GEMM under heat). Zeroed still where no wgmma runs: a weight-gradient
-//   tile with no k-tiles (an expert without rows: its gradient is zero); with WS_SKIP_EMPTY_WG every tile
-//   (a runtime zeroing for the skipping warpgroup made ptxas serialise the row GEMMs' wgmma, C7514/C7515).
-//   Untested on a GPU.
-#ifndef WS_MMA_OVERWRITE
-#define WS_MMA_OVERWRITE 0
-#endif
 #ifndef WS_STAGES
 #define WS_STAGES WG_STAGES
 #endif
@@ -430,104 +421,26 @@ __device__ __forceinline__ unsigned swz128(int r, int b) { return r * 128 + ((((
 // read out of shared memory, so the slot the next box goes to is free: the waits overlap the writing of
 // boxes, and no box waits for the one just sent. The ring position runs on across tiles; the global writes
 // drain while the consumers go on to the next tile's wgmma.
-// WS_EPI_BORROW=1 (default off; session 31): the tile's last ring stage lends its 48 KiB to the epilogue, 24 KiB
-// (three slots) to each warpgroup, so that the first three boxes of a tile go out without waiting for the
-// reads of earlier ones (session 31, s31a: the epilogues without those waits, WS_EXP_NO_READ_WAIT, ran the
-// GEMMs 4-5% faster). Both warpgroups have finished their wgmma on the stage before either writes it (one
-// 256-thread barrier, id 4); each hands its half back (`release_borrowed`) once the boxes in it have been
-// read out, at k-tile WS_EPI_BORROW_KT of the next tile, or after that tile's main loop if it has fewer
-// k-tiles: the producer needs the stage again only for the next tile's k-tile WS_STAGES - 1.
-#ifndef WS_EPI_BORROW
-#define WS_EPI_BORROW 0
-#endif
-#ifndef WS_EPI_BORROW_KT
-#define WS_EPI_BORROW_KT 1
-#endif
-#define WS_BORROW_SLOTS 3
-#if WS_EPI_BORROW
-static_assert(WS_OUT_SLOTS == 2, "the borrowed slots' bookkeeping assumes a staging ring of two slots");
-static_assert(WS_EPI_BORROW_KT <= WS_STAGES - 3, "the stage must be handed back before the producer needs it");
-static_assert(2 * WS_BORROW_SLOTS * 8192 <= WG_STAGE_BYTES, "the borrowed slots lie in one ring stage");
-#endif
-// All but the newest `pending` bulk groups of this thread have read their sources. The instruction takes an
-// immediate, so a count above 3 waits as for 3: more than needed, still correct, and such a slot's occupant
-// is 4 or more boxes old (drained). (A case per count up to 7 cost ws_rows 280 more SASS instructions.)
-__device__ __forceinline__ void bulk_wait_read_n(int pending) {
-    switch (pending) {
-        case 0: bulk_wait_read<0>(); break;
-        case 1: bulk_wait_read<1>(); break;
-        case 2: bulk_wait_read<2>(); break;
-        default: bulk_wait_read<3>(); break;
-    }
-}
-
 struct WsOut {
     unsigned st;  // the staging buffer
-    unsigned n;   // boxes sent so far (WS_EPI_BORROW: through the own slots)
+    unsigned n;   // boxes sent so far
     int wg;
     bool leader;
-#if WS_EPI_BORROW
-    // The waits take, as their count of groups that may stay pending, a lower bound of the groups committed
-    // since the slot's occupant was (`box`): no per-slot bookkeeping, as GEMM1's epilogue spilled with it.
-    // bor: this tile's lent slots (0: none); bit 0: every lane read the stage (dA_raw's side tiles), so every
-    // lane releases it; bit 1: a box went out of the lent slots by TMA; bits 2-4: the boxes sent by TMA from
-    // the own slots since (the release waits for all but those).
-    unsigned bor = 0;
-    __device__ __forceinline__ bool is_lent(int k) const { return bor != 0 && k < WS_BORROW_SLOTS; }
-    // A tile's epilogue begins, with a stage lent by `hold` or none (then the first box goes to an own
-    // slot, made free here before any thread writes it: the box before it did not see to that).
-    __device__ __forceinline__ void begin_tile() {
-        if (bor == 0) {
-            if (leader) bulk_wait_read<0>();
-            consumer_sync(wg);
-        }
-    }
-    // Ring stage s, this warpgroup's 24 KiB of it, lent to this tile's epilogue.
-    __device__ __forceinline__ void hold(unsigned sbase, unsigned s, bool lanes) {
-        bor = sbase + s * WG_STAGE_BYTES + wg * (WS_BORROW_SLOTS * 8192) + (lanes ? 1u : 0u);
-    }
-    // Hand the lent stage back once the boxes in it have been read out: every warp of the warpgroup arrives
-    // on the stage's empty barrier (empty0 + 8 s, s found from the slots' address).
-    __device__ __forceinline__ void release_borrowed(int lane, unsigned empty0) {
-        if (bor == 0) return;
-        if (leader && (bor & 2u)) bulk_wait_read_n((bor >> 2) & 7u);
-        consumer_sync(wg);
-        const unsigned sbase = st - WS_STAGES * WG_STAGE_BYTES - wg * WS_STAGE_OUT_BYTES;
-        const unsigned s = ((bor & ~1023u) - sbase - wg * (WS_BORROW_SLOTS * 8192)) / WG_STAGE_BYTES;
-        ws_release(empty0 + 8 * s, lane, bor & 1u);
-        bor = 0;
-    }
-#endif
 #ifdef WS_EXP_CLOCKS
     long long c_issue = 0, c_sync = 0;  // cycles in the store issue / at the box's named barrier (leader)
 #endif
     // by_threads (WS_PARTIAL_STAGED): `store` runs on every thread after the barrier (the copy-out of a partial
     // box, ws_copy_box) and commits no bulk group; every thread has finished it before the next barrier, so
     // the ring's reuse rule holds for such boxes too
-    // k: the box's place in its tile, last: the tile's last box (WS_EPI_BORROW: the first three may go to the
-    // lent slots; after the last, the next box's slot is seen to by the next tile's begin_tile)
     template <class Fill, class Store>
-    __device__ __forceinline__ void box(Fill fill, Store store, bool by_threads, int k, bool last) {
-#if WS_EPI_BORROW
-        const bool lent = is_lent(k);
-        const unsigned slot = lent ? (bor & ~1023u) + 8192u * k : st + (n % 2) * 8192;
-#else
+    __device__ __forceinline__ void box(Fill fill, Store store, bool by_threads = false) {
         const unsigned slot = st + (n % WS_OUT_SLOTS) * 8192;
-#endif
 #ifndef WS_EXP_NO_FILL  // experiment: the boxes stored as the slot holds them, unfilled (results wrong)
         fill(slot);
 #endif
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the writes, visible to the TMA unit
 #ifndef WS_EXP_NO_READ_WAIT  // experiment: time the epilogue without its waits (races: results wrong)
-#if WS_EPI_BORROW
-        // the next box of this tile, if it goes to an own slot, finds it free (the first box of a tile:
-        // begin_tile). That slot's occupant is the box before this one if that was an own box; else (this box
-        // or the one before lent) it is older than the k boxes of this tile before this one, unless those
-        // went out by the threads (then they committed no group).
-        if (leader && !last && !is_lent(k + 1)) bulk_wait_read_n(k >= 1 && !is_lent(k - 1) && !lent ? 0 : by_threads ? 0 : k);
-#else
         if (leader) bulk_wait_read<WS_OUT_SLOTS - 2>();
-#endif
 #endif
 #ifdef WS_EXP_CLOCKS
         const long long c0 = clock64();
@@ -550,16 +463,7 @@ struct WsOut {
             c_issue += clock64() - c1;
 #endif
         }
-#if WS_EPI_BORROW
-        if (lent) {
-            if (!by_threads) bor |= 2u;
-        } else {
-            ++n;
-            if (bor != 0 && !by_threads && ((bor >> 2) & 7u) < 7u) bor += 4u;
-        }
-#else
         ++n;
-#endif
     }
 };
 
@@ -630,9 +534,6 @@ __device__ __forceinline__ void ws_copy_box(unsigned slot, const WsCopyOut& o, i
 __device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const TmaDesc* tc, int n0, int row0, int z, int wq, int lane, const WsCopyOut& o) {
     constexpr int BOXES = 4, J = 8, BOX = 64;  // J column groups of 8 per box
     const bool copy = o.rows < 64;
-#if WS_EPI_BORROW
-    out.begin_tile();
-#endif
 #pragma unroll
     for (int bx = 0; bx < BOXES; ++bx) {
         out.box(
@@ -650,7 +551,7 @@ __device__ __forceinline__ void ws_store_tma(const float* d, WsOut& out, const T
                 else
                     tma_store_3d(tc, slot, n0 + BOX * bx, row0, z);
             },
-            copy, bx, bx == BOXES - 1);
+            copy);
     }
 }
 
@@ -687,16 +588,12 @@ __device__ __forceinline__ bool ws_swiglu_box_in_range(const float* d, int bx, f
 // part (for a partial row group, or I % 128 != 0), instead of by TMA.
 __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, const float* d, WsOut& out, const TmaDesc* tc, const TmaDesc* td, int q0, int row0, int wq, int lane,
                                                     bool copy = false, int m_end = 0) {
-#ifdef WS_EXP_NO_A_STORE  // experiment: H's boxes alone, no A written (GEMM2's input wrong): A's share of the epilogue
-    constexpr int PARTS = 2;
-#else
-    constexpr int PARTS = 3;  // gate, up, A
-#endif
-#if WS_EPI_BORROW
-    out.begin_tile();
-#endif
 #pragma unroll
-    for (int part = 0; part < PARTS; ++part) {
+#ifdef WS_EXP_NO_A_STORE  // experiment: H's boxes alone, no A written (GEMM2's input wrong): A's share of the epilogue
+    for (int part = 0; part < 2; ++part) {
+#else
+    for (int part = 0; part < 3; ++part) {  // gate, up, A
+#endif
 #pragma unroll
         for (int bx = 0; bx < 2; ++bx) {
             out.box(
@@ -747,7 +644,7 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
                         tma_store_3d(part == 2 ? td : tc, slot, col0, row0, 0);
                     }
                 },
-                copy, 2 * part + bx, part == PARTS - 1 && bx == 1);
+                copy);
         }
     }
 }
@@ -1097,11 +994,8 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                               __shfl_sync(0xffffffffu, (int)(w.m0 + 64 * wg >= w.m_end), 0) != 0;
 #endif
             float d[128];
-#if WS_MMA_OVERWRITE && !WS_SKIP_EMPTY_WG  // (a row GEMM's tiles all have k-tiles: K is H or I, never 0)
-            if (KIND == 2 && w.nk == 0)
-#endif
 #pragma unroll
-                for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+            for (int i = 0; i < 128; ++i) d[i] = 0.0f;
 #ifdef WS_EXP_CLOCKS
             const long long c_tile = clock64();
 #endif
@@ -1126,11 +1020,11 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 // rows of the expert in this k-tile, in 16-row slices (uniform: the shuffle says so to the compiler)
                 const int live = KIND != 2 ? 4 : __shfl_sync(0xffffffffu, min(4, (w.k_end - w.k_begin - kt * WG_BK + 15) >> 4), 0);
                 if (live == 3)
-                    wg_mma_slices_tt<3>(d, sA + wg * 8192, sB, WS_MMA_OVERWRITE && kt == 0);
+                    wg_mma_slices_tt<3>(d, sA + wg * 8192, sB);
                 else if (live == 2)
-                    wg_mma_slices_tt<2>(d, sA + wg * 8192, sB, WS_MMA_OVERWRITE && kt == 0);
+                    wg_mma_slices_tt<2>(d, sA + wg * 8192, sB);
                 else if (live == 1)
-                    wg_mma_slices_tt<1>(d, sA + wg * 8192, sB, WS_MMA_OVERWRITE && kt == 0);
+                    wg_mma_slices_tt<1>(d, sA + wg * 8192, sB);
                 else
 #endif
 #if WS_SKIP_EMPTY_WG
@@ -1144,9 +1038,9 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 // is serialised by ptxas, C7520 "WG.AR in divergent path", which cost the clustered main loops
                 // ~40% of their cycles per k-tile)
                 if (KIND == 2)
-                    wg_mma_ktile<2>(d, sA + wg * 8192, sB, WS_MMA_OVERWRITE && kt == 0);
+                    wg_mma_ktile<2>(d, sA + wg * 8192, sB);
                 else
-                    wg_mma_ktile<KIND>(d, sA + wg * (64 * 128), sB, WS_MMA_OVERWRITE && kt == 0);
+                    wg_mma_ktile<KIND>(d, sA + wg * (64 * 128), sB);
 #endif
                 asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
                 }
@@ -1164,27 +1058,12 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
                 // the k-tile before this one has been read by this warpgroup's wgmma: hand its stage back
                 // (dA_raw's side tiles: every lane also read it, ws_copy_box, and arrives for itself)
                 if (kt > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), lane, side);
-#if WS_EPI_BORROW
-                if (kt == WS_EPI_BORROW_KT) out.release_borrowed(lane, empty0);  // the previous tile's lent stage
-#endif
             }
             // the next tile's description (global loads) in flight during the last wgmma and the epilogue
             if (!dyn && t + stride < count) next = tile(t + stride);
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             wg_fence_acc(d);
-#if WS_EPI_BORROW
-            out.release_borrowed(lane, empty0);  // (a tile of WS_EPI_BORROW_KT k-tiles or fewer)
-            constexpr bool STAGED_OUT = EPI == EPI_STORE || (EPI == EPI_SWIGLU_FWD_SPLIT && WS_GEMM1_TMA);
-            if (STAGED_OUT && w.nk > 0 && !idle) {
-                // both warpgroups are done with the last stage (both take this branch: it is the tile's)
-                asm volatile("bar.sync 4, 256;\n" ::: "memory");
-                out.hold(sbase, (it - 1) % WS_STAGES, side);
-            } else if (w.nk > 0) {
-                ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), lane, side);
-            }
-#else
             if (w.nk > 0) ws_release(empty0 + 8 * ((it - 1) % WS_STAGES), lane, side);
-#endif
             if (idle) continue;
 #ifdef WS_EXP_NO_STORE  // experiment: time the main loops alone (no output written)
             if (d[0] != 12345.0f) continue;  // (kept data-dependent so the wgmma results stay live)
