@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran in session 31, logs/s31a. WS_MMA_OVERWRITE was removed afterwards: its code is in commit d12f51f.)
 # Prepared in session 30 for the next one (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"];
 # ~4 minutes on an H100, ~6 on an H200; no step starts after UNTIL s, default 240). At most 8 files in $OUT.
 # 1. On an H200 (the card; sessions 13-30 got one once, heated): the issue's own method, the burst

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran in session 31, logs/s31b. WS_EPI_BORROW was removed afterwards: its code is in commit 51ab0cb.)
 # Session 31 (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"]; ~7 minutes, no step starts after
 # UNTIL s, default 420). At most 8 files in $OUT.
 # WS_EPI_BORROW=1: the tile's last ring stage lends 24 KiB (three output slots) to each consumer warpgroup's
