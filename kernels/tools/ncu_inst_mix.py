@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Per kernel, where the executed instructions go: warp-level instructions executed per SASS opcode, and the
+SASS lines executed most, from Nsight Compute's source page as CSV (session 31: our GEMMs issue ~1.6x the
+instructions per cycle of cuBLAS's at the same shape; this says which).
+
+On the GPU machine:
+    ncu -k regex:'^ws_rows_bmn$' --launch-count 2 --section SourceCounters -o prof .gpu/bin/moe-oracle bench-gpu ...
+    ncu -i prof.ncu-rep --page source --csv --print-source sass > sass.csv
+    python3 kernels/tools/ncu_inst_mix.py sass.csv [LINES]
+"""
+import csv
+import sys
+from collections import Counter
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit("usage: ncu_inst_mix.py SASS_CSV [LINES]")
+    top = int(sys.argv[2]) if len(sys.argv) > 2 else 15
+    rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+    blocks, cur, hdr = [], None, None  # as in ncu_top_stalls.py: a "Kernel Name" row, a header, the lines
+    for r in rows:
+        if len(r) >= 2 and r[0] == "Kernel Name":
+            cur = [r[1], []]
+            blocks.append(cur)
+            hdr = None
+            continue
+        if r and r[0] == "Address":
+            hdr = r
+            continue
+        if cur is not None and hdr and len(r) == len(hdr):
+            cur[1].append(dict(zip(hdr, r)))
+    if not blocks:
+        sys.exit("error: no kernel in the CSV (expected ncu's source page with --print-source sass)")
+    for name, lines in blocks:
+        key = next((k for k in (lines[0].keys() if lines else []) if k.strip() == "Instructions Executed"), None)
+        if key is None:
+            print(f"## {name}: no 'Instructions Executed' column")
+            continue
+        count = lambda l: float((l.get(key) or "0").replace(",", "") or 0)
+        total = sum(count(l) for l in lines) or 1.0
+        ops = Counter()
+        for l in lines:
+            src = l.get("Source", "").strip()
+            op = src.split()[0] if src else "?"
+            if op.startswith("@"):  # a predicate guard: the opcode is the next word
+                op = src.split()[1] if len(src.split()) > 1 else op
+            ops[op.split(".")[0]] += count(l)
+        print(f"## {name}: {total:.4g} warp instructions executed, {len(lines)} SASS lines")
+        for op, n in ops.most_common(top):
+            print(f"  {100 * n / total:5.1f}%  {op}")
+        print("  most executed lines:")
+        for l in sorted(lines, key=lambda l: -count(l))[:top]:
+            print(f"  {100 * count(l) / total:5.1f}%  {l['Address']}  {l.get('Source', '')[:100]}")
+
+
+if __name__ == "__main__":
+    main()
