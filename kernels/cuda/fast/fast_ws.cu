@@ -80,30 +80,19 @@ __device__ __forceinline__ void mbar_arrive_cp_async(unsigned bar) {
 #ifndef WS_WAIT_BACKOFF
 #define WS_WAIT_BACKOFF 0
 #endif
-// WS_WAIT_HINT=NS (experiment, session 31): each poll passes try_wait a suspend-time hint of NS nanoseconds, so
-// that a waiting thread sleeps in the instruction until the phase completes (or the hint runs out) instead of
-// polling again. ncu (s31f) found our consumers' full-stage poll loop, 11 instructions a poll, to be 13% of
-// dX's executed instructions, at ~2 polls per wait.
-#ifdef WS_WAIT_HINT
-#define WS_TRY_WAIT_HINT ", " WS_STR(WS_WAIT_HINT)
-#define WS_STR(x) WS_STR2(x)
-#define WS_STR2(x) #x
-#else
-#define WS_TRY_WAIT_HINT ""
-#endif
 template <bool CLUSTER = false>
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity, unsigned sleep_ns = WS_WAIT_BACKOFF) {
     unsigned done = 0;
     while (!done) {
         if (CLUSTER)
             asm volatile(
-                "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2" WS_TRY_WAIT_HINT ";\nselp.u32 %0, 1, 0, p;\n}\n"
+                "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
                 : "=r"(done)
                 : "r"(bar), "r"(parity)
                 : "memory");
         else
             asm volatile(
-                "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2" WS_TRY_WAIT_HINT ";\nselp.u32 %0, 1, 0, p;\n}\n"
+                "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
                 : "=r"(done)
                 : "r"(bar), "r"(parity)
                 : "memory");
