@@ -8,30 +8,29 @@ On the GPU machine:
     ncu -i prof.ncu-rep --page source --csv --print-source sass > sass.csv
     python3 kernels/tools/ncu_inst_mix.py sass.csv [LINES]
 """
-import csv
+import os
 import sys
 from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ncu_source_csv import read_blocks  # noqa: E402
+
+
+def fail(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main():
     if len(sys.argv) < 2:
-        sys.exit("usage: ncu_inst_mix.py SASS_CSV [LINES]")
-    top = int(sys.argv[2]) if len(sys.argv) > 2 else 15
-    rows = list(csv.reader(open(sys.argv[1], errors="replace")))
-    blocks, cur, hdr = [], None, None  # as in ncu_top_stalls.py: a "Kernel Name" row, a header, the lines
-    for r in rows:
-        if len(r) >= 2 and r[0] == "Kernel Name":
-            cur = [r[1], []]
-            blocks.append(cur)
-            hdr = None
-            continue
-        if r and r[0] == "Address":
-            hdr = r
-            continue
-        if cur is not None and hdr and len(r) == len(hdr):
-            cur[1].append(dict(zip(hdr, r)))
+        fail("usage: ncu_inst_mix.py SASS_CSV [LINES]")
+    top = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 15
+    try:
+        blocks = read_blocks(sys.argv[1])
+    except OSError as e:
+        fail(f"cannot read {sys.argv[1]}: {e.strerror}")
     if not blocks:
-        sys.exit("error: no kernel in the CSV (expected ncu's source page with --print-source sass)")
+        fail(f"no kernel in {sys.argv[1]} (expected ncu's source page: --page source --csv --print-source sass)")
     for name, lines in blocks:
         key = next((k for k in (lines[0].keys() if lines else []) if k.strip() == "Instructions Executed"), None)
         if key is None:

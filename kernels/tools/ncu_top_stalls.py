@@ -7,19 +7,13 @@ On the GPU machine (kernels compiled with line info by MOE_FAST_LINEINFO=1):
     ncu -i prof.ncu-rep --page source --csv --print-source sass > sass.csv
     python3 kernels/tools/ncu_top_stalls.py sass.csv [LINES]
 """
-import csv
+import os
 import sys
 
-rows = list(csv.reader(open(sys.argv[1], errors="replace")))
-# the file: for each kernel a "Kernel Name" row, a header row starting with "Address", then one row per SASS line
-blocks, cur, hdr = [], None, None
-for r in rows:
-    if len(r) >= 2 and r[0] == "Kernel Name":
-        cur = [r[1], []]; blocks.append(cur); hdr = None; continue
-    if r and r[0] == "Address":
-        hdr = r; continue
-    if cur is not None and hdr and len(r) == len(hdr):
-        cur[1].append(dict(zip(hdr, r)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ncu_source_csv import read_blocks  # noqa: E402
+
+blocks = read_blocks(sys.argv[1])
 for name, lines in blocks:
     key = "Warp Stall Sampling (All Samples)"
     tot = sum(float(l.get(key) or 0) for l in lines) or 1
