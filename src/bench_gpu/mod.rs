@@ -168,11 +168,9 @@ fn parse_ab(spec: &str) -> Result<AbSettings, CliError> {
         };
         let (name, value) = (name.trim().to_string(), value.trim().to_string());
         if name == AB_INPUTS {
-            ab.inputs = Some(match value.as_str() {
-                "normal" => InputDist::Normal,
-                "uniform" => InputDist::Uniform,
-                _ => return Err(fail(format!("--ab: {AB_INPUTS}={value:?}: expected normal or uniform"))),
-            });
+            // the names of `--inputs` (clap's, so the two cannot drift apart)
+            let arg = <InputsArg as clap::ValueEnum>::from_str(&value, false).map_err(|_| fail(format!("--ab: {AB_INPUTS}={value:?}: expected normal or uniform")))?;
+            ab.inputs = Some(arg.dist());
         } else if name == AB_SEED {
             ab.seed_from_a = match value.as_str() {
                 "1" => true,
