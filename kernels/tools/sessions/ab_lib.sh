@@ -118,3 +118,29 @@ ncu_235b() { # kernel timeout label
     echo "== ncu 235b $3 rc $? at ${SECONDS}s"
     $ncu -i $OUT/prof.ncu-rep --page details 2>&1 | grep -E "$1|Duration|DRAM Throughput|L2 Hit Rate|L1/TEX Hit|Memory Throughput|Mem Busy|Max Bandwidth|Compute \(SM\)" | head -24
 }
+# `h200_burst UNTIL LABEL`: on an H200 (the issue's card) only, the burst rounds of both presets against the
+# shared baseline (`baselines` with BASELINE_HEAT=0, the issue's own method); on another card, a line saying so.
+h200_burst() {
+    case "$(nvidia-smi --query-gpu=name --format=csv,noheader)" in
+        *H200*) BASELINE_HEAT=0 baselines $1 $2 ;;
+        *) echo "not an H200: no burst rounds" ;;
+    esac
+}
+# ncu with its default clock control (the same locked clock for every profile of a call).
+ncu_bin() { command -v ncu || ls /usr/local/cuda/bin/ncu; }
+# `ncu_cublas M N K REP LOG NCU_OPTION...`: ncu on cuBLAS's kernel for a dense bf16 M x N x K GEMM through
+# torch (the third of four launches, after the warm-up), into REP.ncu-rep, ncu's output into LOG.
+ncu_cublas() {
+    local py=/tmp/mm-$1x$2x$3.py
+    printf 'import torch\na = torch.randn(%d, %d, device="cuda", dtype=torch.bfloat16)\nb = torch.randn(%d, %d, device="cuda", dtype=torch.bfloat16)\nfor _ in range(4):\n    c = a @ b\ntorch.cuda.synchronize()\n' \
+        $1 $3 $3 $2 > $py
+    timeout 120 $(ncu_bin) -k regex:nvjet --launch-skip 2 --launch-count 1 "${@:6}" -f -o $4 python3 $py > $5 2>&1
+    echo "== ncu cuBLAS $1 x $2 x $3 rc $? at ${SECONDS}s"
+}
+# `ncu_summary REP TXT`: REP.ncu-rep's details page into TXT, and its clock, cycles, throughputs, issue and
+# launch lines printed.
+ncu_summary() {
+    $(ncu_bin) -i $1.ncu-rep --page details > $2 2>&1
+    echo "== $(basename $1)"
+    grep -E "^  [a-z_]|Duration|SM Frequency|Elapsed Cycles|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|DRAM Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Eligible Warps Per Scheduler|Warp Cycles Per Issued|Registers Per Thread|Block Size|Grid Size|Cluster Size|Shared Memory Configuration Size|Dynamic Shared Memory Per Block|L2 Hit Rate|Mem Busy|Max Bandwidth|Tensor is the highest" $2 | head -70
+}

@@ -4,9 +4,6 @@
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s31d}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
-case "$gpu" in
-    *H200*) BASELINE_HEAT=0 baselines 300 burst-h200 ;;
-    *) echo "not an H200: nothing run" ;;
-esac
+nvidia-smi --query-gpu=name --format=csv,noheader
+h200_burst 300 burst-h200
 echo "total ${SECONDS}s"

@@ -12,25 +12,16 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s32a}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
 UNTIL=${UNTIL:-300}
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
-case "$gpu" in
-    *H200*) BASELINE_HEAT=0 baselines $UNTIL burst-h200 ;;
-esac
+nvidia-smi --query-gpu=name --format=csv,noheader
+h200_burst $UNTIL burst-h200
 export AB_HEAT=3000 AB_UNTIL=$UNTIL
 ab qwen3-235b-a22b 8 skips-235b "MOE_FAST_DEFINES=WS_SKIP_EMPTY_WG=2 WS_SKIP_EMPTY_K=1"
 if [ $SECONDS -lt $UNTIL ]; then
-    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu)
     S="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats"
-    timeout 200 $ncu -k regex:'^ws_gemm1_swiglu$' --launch-count 1 $S -f -o /tmp/g1 \
+    timeout 200 $(ncu_bin) -k regex:'^ws_gemm1_swiglu$' --launch-count 1 $S -f -o /tmp/g1 \
         .gpu/bin/moe-oracle bench-gpu --preset qwen3-235b-a22b --tokens 16384 --engines ws --reps 1 --check-tokens 0 > /tmp/ncu-g1.log 2>&1
     echo "== ncu gemm1 rc $? at ${SECONDS}s"
-    printf 'import torch\na = torch.randn(131072, 4096, device="cuda", dtype=torch.bfloat16)\nb = torch.randn(4096, 3072, device="cuda", dtype=torch.bfloat16)\nfor _ in range(4):\n    c = a @ b\ntorch.cuda.synchronize()\n' > /tmp/mm1.py
-    timeout 120 $ncu -k regex:nvjet --launch-skip 2 --launch-count 1 $S -f -o /tmp/cb1 python3 /tmp/mm1.py > /tmp/ncu-cb1.log 2>&1
-    echo "== ncu cublas GEMM1 shape rc $? at ${SECONDS}s"
-    for r in g1 cb1; do
-        $ncu -i /tmp/$r.ncu-rep --page details > $OUT/$r-details.txt 2>&1
-        echo "== $r"
-        grep -E "^  [a-z_]|SM Frequency|Elapsed Cycles|Duration|Compute \(SM\) Throughput|L2 Cache Throughput|DRAM Throughput|Executed Ipc Active|Issue Slots Busy|Tensor is the highest|L2 Hit Rate" $OUT/$r-details.txt | head -24
-    done
+    ncu_cublas 131072 3072 4096 /tmp/cb1 /tmp/ncu-cb1.log $S  # 235b's GEMM1, dense
+    for r in g1 cb1; do ncu_summary /tmp/$r $OUT/$r-details.txt; done
 fi
 echo "total ${SECONDS}s"
