@@ -5,6 +5,8 @@
 //! `error:` line, status 2 and nothing on stdout.
 //! Skips with a visible `SKIP` line when python3 is missing; `REQUIRE_PYTHON=1` makes that a failure.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -18,9 +20,7 @@ fn log(name: &str) -> PathBuf {
 
 /// The script's output for these arguments; None (after a SKIP line) without python3.
 fn run(args: &[&str]) -> Option<Output> {
-    if let Err(e) = Command::new("python3").arg("--version").output() {
-        assert!(std::env::var_os("REQUIRE_PYTHON").is_none(), "REQUIRE_PYTHON is set but python3 is not runnable: {e}");
-        moe_kernels::skip_notice(&format!("energy_budget.py: python3 not runnable ({e})"));
+    if !support::python3_runs("energy_budget.py") {
         return None;
     }
     Some(Command::new("python3").arg(root().join("kernels/tools/energy_budget.py")).args(args).output().unwrap())

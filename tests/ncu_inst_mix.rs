@@ -3,14 +3,14 @@
 //! Bad input gives one `error:` line, status 2 and nothing on stdout.
 //! Skips with a visible `SKIP` line when python3 is missing; `REQUIRE_PYTHON=1` makes that a failure.
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
 /// The script's output for a CSV with these contents; None (after a SKIP line) without python3.
 fn run(csv: &str) -> Option<Output> {
-    if let Err(e) = Command::new("python3").arg("--version").output() {
-        assert!(std::env::var_os("REQUIRE_PYTHON").is_none(), "REQUIRE_PYTHON is set but python3 is not runnable: {e}");
-        moe_kernels::skip_notice(&format!("ncu_inst_mix.py: python3 not runnable ({e})"));
+    if !support::python3_runs("ncu_inst_mix.py") {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();

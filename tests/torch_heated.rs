@@ -41,9 +41,7 @@ fn wrapper() -> PathBuf {
 
 /// A temporary directory with the stub baseline and a stub `torch` package; None (after a SKIP line) without python3.
 fn setup() -> Option<tempfile::TempDir> {
-    if let Err(e) = Command::new("python3").arg("--version").output() {
-        assert!(std::env::var_os("REQUIRE_PYTHON").is_none(), "REQUIRE_PYTHON is set but python3 is not runnable: {e}");
-        moe_kernels::skip_notice(&format!("torch_moe_heated.py: python3 not runnable ({e})"));
+    if !support::python3_runs("torch_moe_heated.py") {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,7 @@
-//! The stand-in NVML library (`nvml_stub.c` beside this file) for the tests of the energy readers
-//! (`kernels/src/energy.rs`, `kernels/tools/torch_moe_heated.py`), built with the system C compiler.
+//! Shared by the integration tests that run outside programs: the stand-in NVML library (`nvml_stub.c`
+//! beside this file) for the tests of the energy readers (`kernels/src/energy.rs`,
+//! `kernels/tools/torch_moe_heated.py`), built with the system C compiler, and the check that python3 runs
+//! for the tests of the Python tools.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -21,6 +23,19 @@ pub fn build_nvml_stub(dir: &Path, test: &str) -> Option<PathBuf> {
             assert!(std::env::var_os("REQUIRE_CC").is_none(), "REQUIRE_CC is set but {cc} is not runnable: {e}");
             moe_kernels::skip_notice(&format!("{test}: no C compiler ({cc}: {e}) for the NVML stub"));
             None
+        }
+    }
+}
+
+/// Whether python3 runs. If not: a visible SKIP line naming `what` (the tool under test) and false;
+/// `REQUIRE_PYTHON=1` makes that a failure.
+pub fn python3_runs(what: &str) -> bool {
+    match Command::new("python3").arg("--version").output() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(std::env::var_os("REQUIRE_PYTHON").is_none(), "REQUIRE_PYTHON is set but python3 is not runnable: {e}");
+            moe_kernels::skip_notice(&format!("{what}: python3 not runnable ({e})"));
+            false
         }
     }
 }
