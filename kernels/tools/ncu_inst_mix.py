@@ -24,7 +24,9 @@ def fail(msg):
 def main():
     if len(sys.argv) < 2:
         fail("usage: ncu_inst_mix.py SASS_CSV [LINES]")
-    top = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 15
+    if len(sys.argv) > 2 and not sys.argv[2].isdigit():
+        fail(f"LINES must be a count, not {sys.argv[2]!r}")
+    top = int(sys.argv[2]) if len(sys.argv) > 2 else 15
     try:
         blocks = read_blocks(sys.argv[1])
     except OSError as e:
@@ -40,11 +42,10 @@ def main():
         total = sum(count(l) for l in lines) or 1.0
         ops = Counter()
         for l in lines:
-            src = l.get("Source", "").strip()
-            op = src.split()[0] if src else "?"
-            if op.startswith("@"):  # a predicate guard: the opcode is the next word
-                op = src.split()[1] if len(src.split()) > 1 else op
-            ops[op.split(".")[0]] += count(l)
+            words = l.get("Source", "").split()
+            if words and words[0].startswith("@"):  # a predicate guard: the opcode is the next word
+                words = words[1:]
+            ops[words[0].split(".")[0] if words else "?"] += count(l)
         print(f"## {name}: {total:.4g} warp instructions executed, {len(lines)} SASS lines")
         for op, n in ops.most_common(top):
             print(f"  {100 * n / total:5.1f}%  {op}")
