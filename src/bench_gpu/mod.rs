@@ -634,7 +634,14 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
         let mut layer_b = FastLayer::new(&gpu, &kern_b, dims, Activation::Swiglu, &ids, &w).map_err(gpu_err)?;
         let dist_b = ab.inputs.unwrap_or(dist);
         layer_b.fill_random_from(args.seed, dist_b).map_err(gpu_err)?;
-        layer_b.upload_x(&if dist_b == dist { x.clone() } else { random_bits(t * h, 1.0, args.seed, dist_b) }).map_err(gpu_err)?;
+        let x_other;  // (A's x itself when the distribution is the same: no copy)
+        let x_b = if dist_b == dist {
+            &x
+        } else {
+            x_other = random_bits(t * h, 1.0, args.seed, dist_b);
+            &x_other
+        };
+        layer_b.upload_x(x_b).map_err(gpu_err)?;
         for (l, sw) in [(&mut layer, &switches), (&mut layer_b, switches_b)] {
             l.set_engine(engines[0]).map_err(gpu_err)?;
             set_switches(l, sw);
