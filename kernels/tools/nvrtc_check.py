@@ -6,8 +6,11 @@ in SASS instructions.
 The translation unit is assembled as kernels/src/fast/source.rs assembles it (the shared header once, each file
 without its include of it). Needs NVRTC and ptxas, e.g.:
     pip install --target /tmp/cuda nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12
-usage: python3 kernels/tools/nvrtc_check.py [KERNEL_NAME_SUBSTRING] [--cuda /tmp/cuda] [--ptx FILE] [-DNAME ...]
+usage: python3 kernels/tools/nvrtc_check.py [KERNEL_NAME_SUBSTRING] [--cuda /tmp/cuda] [--ptx FILE] [--sass FILE] [-DNAME ...]
 --ptx FILE also writes the PTX, e.g. to check that a refactor leaves it byte-identical (diff two such files).
+--sass FILE also writes the SASS of the matching kernels (nvdisasm -c -g: with source lines), to count a main
+loop's instructions without a GPU; needs nvdisasm: pip install --target /tmp/nvd nvidia-cuda-nvdisasm (CUDA 13's
+reads sm_90a cubins), or NVDISASM=path.
 """
 import ctypes
 import os
@@ -27,6 +30,11 @@ ptx_out = None
 if "--ptx" in args:
     i = args.index("--ptx")
     ptx_out = args[i + 1]
+    del args[i : i + 2]
+sass_out = None
+if "--sass" in args:
+    i = args.index("--sass")
+    sass_out = args[i + 1]
     del args[i : i + 2]
 defines = [a for a in args if a.startswith("-D")]  # e.g. -DWS_EXP_NO_STORE (as MOE_FAST_DEFINES passes them)
 args = [a for a in args if not a.startswith("-D")]
@@ -88,6 +96,17 @@ with tempfile.TemporaryDirectory() as tmp:
     cubin = os.path.join(tmp, "moe_fast.cubin")
     r = subprocess.run([ptxas, "-arch=sm_90a", "-v", "-o", cubin, ptx_path], capture_output=True, text=True)
     sizes = code_sizes(cubin) if r.returncode == 0 else {}
+    if sass_out and r.returncode == 0:
+        nvdisasm = os.environ.get("NVDISASM", "/tmp/nvd/nvidia/cu13/bin/nvdisasm")
+        if not os.path.exists(nvdisasm):
+            sys.exit(f"error: {nvdisasm} not found (pip install --target /tmp/nvd nvidia-cuda-nvdisasm, or set NVDISASM)")
+        d = subprocess.run([nvdisasm, "-c", "-g", cubin], capture_output=True, text=True)
+        if d.returncode != 0:
+            sys.exit(f"error: nvdisasm failed: {d.stderr.strip()}")
+        # one part per kernel, each opening with "//---...--- .text.<kernel> ---"; keep the matching ones
+        parts = re.split(r"(?m)^(?=//-+ \.text\.)", d.stdout)
+        keep = [t for t in parts[1:] if only in re.match(r"//-+ \.text\.(\w+)", t).group(1)]
+        open(sass_out, "w").write("".join(keep))
 kernel = None
 for line in (r.stdout + r.stderr).splitlines():
     m = re.search(r"Compiling entry function '(\w+)'", line)
