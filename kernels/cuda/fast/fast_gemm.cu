@@ -108,6 +108,16 @@ __device__ __forceinline__ int swz(int line, int chunk) {
     return line * (CHUNKS * 8) + ((chunk ^ (line & 7)) << 3);
 }
 
+// Two floats as a bf16 pair (lo in the low half), rounded to nearest even by one instruction: the value of
+// f32_to_bf16 for every non-NaN input (a NaN becomes the canonical one, not a quieted copy of its payload).
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ float bf16_lo(unsigned v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned v) { return __uint_as_float(v & 0xffff0000u); }
+
 // SwiGLU in f32 on bf16-valued inputs; the same code in forward and backward, so the backward's recomputed
 // A is bit-identical to the stored forward A. The forward (swiglu_f_div) and the combined forward and
 // backward (swiglu_fb_div) take the division as a parameter: `/` (div.rn.f32) for swiglu_f and swiglu_fb, or

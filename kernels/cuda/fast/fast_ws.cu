@@ -468,15 +468,6 @@ struct WsOut {
 };
 
 
-// Two floats as a bf16 pair (lo in the low half), rounded to nearest even by one instruction: the value of
-// f32_to_bf16 for every non-NaN input (a NaN becomes the canonical one, not a quieted copy of its payload).
-__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-__device__ __forceinline__ float bf16_lo(unsigned v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float bf16_hi(unsigned v) { return __uint_as_float(v & 0xffff0000u); }
 
 // One warp's 16 rows x 16 columns of bf16 pairs into a box slot by one stmatrix: r[0..3] are this lane's pairs
 // of (row lane/4, column group 2 jp), (row + 8, group 2 jp), (row, group 2 jp + 1), (row + 8, group 2 jp + 1)
