@@ -8,7 +8,7 @@
 #    skips leave about half of them. Only measured on 30b so far (B/A 0.9915).
 # 3. ncu at the locked clock on 235b's gemm1 against cuBLAS's kernel for the dense GEMM1 shape (131072 x 3072 x
 #    4096), as s31e did for dX: where the gathered, SwiGLU-fused GEMM spends its cycles and bytes.
-# (Session 32 added, before 2: fc_swiglu_bwd_rows with cvt.rn.bf16x2 conversions (`FC_SWIGLU_BWD_CVT=1`), and
+# (Session 32 added, first: fc_swiglu_bwd_rows with cvt.rn.bf16x2 conversions (`FC_SWIGLU_BWD_CVT=1`), and
 # with div.rn's branch-free fast path as well (`=2`), heated A/Bs on 30b; the kernel moves 1.21 GB in 0.373 ms
 # on the H200 (3.2 TB/s) at 711 W, and its code shrinks from 4552 to 3080 instructions with the first.)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -16,10 +16,10 @@ OUT=${OUT:-/tmp/s32a}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
 UNTIL=${UNTIL:-360}
 nvidia-smi --query-gpu=name --format=csv,noheader
-h200_burst $UNTIL burst-h200
 export AB_HEAT=3000 AB_UNTIL=$UNTIL
 ab qwen3-30b-a3b 8 swb-cvt "MOE_FAST_DEFINES=FC_SWIGLU_BWD_CVT=1"
 ab qwen3-30b-a3b 8 swb-cvt2 "MOE_FAST_DEFINES=FC_SWIGLU_BWD_CVT=2"
+h200_burst $UNTIL burst-h200
 ab qwen3-235b-a22b 8 skips-235b "MOE_FAST_DEFINES=WS_SKIP_EMPTY_WG=2 WS_SKIP_EMPTY_K=1"
 if [ $SECONDS -lt 300 ]; then  # ncu last, only with ~4 minutes left of the 600 s call
     S="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats"
