@@ -21,7 +21,7 @@ ab qwen3-30b-a3b 8 swb-cvt "MOE_FAST_DEFINES=FC_SWIGLU_BWD_CVT=1"
 ab qwen3-30b-a3b 8 swb-cvt2 "MOE_FAST_DEFINES=FC_SWIGLU_BWD_CVT=2"
 h200_burst $UNTIL burst-h200
 ab qwen3-235b-a22b 8 skips-235b "MOE_FAST_DEFINES=WS_SKIP_EMPTY_WG=2 WS_SKIP_EMPTY_K=1"
-if [ $SECONDS -lt 300 ]; then  # ncu last, only with ~4 minutes left of the 600 s call
+if [ $SECONDS -lt $((UNTIL - 60)) ]; then  # ncu last (~4 minutes), started only before UNTIL - 60 s
     S="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats"
     timeout 150 $(ncu_bin) -k regex:'^ws_gemm1_swiglu$' --launch-count 1 $S -f -o /tmp/g1 \
         .gpu/bin/moe-oracle bench-gpu --preset qwen3-235b-a22b --tokens 16384 --engines ws --reps 1 --check-tokens 0 > /tmp/ncu-g1.log 2>&1
