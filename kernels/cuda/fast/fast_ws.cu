@@ -467,8 +467,6 @@ struct WsOut {
     }
 };
 
-
-
 // One warp's 16 rows x 16 columns of bf16 pairs into a box slot by one stmatrix: r[0..3] are this lane's pairs
 // of (row lane/4, column group 2 jp), (row + 8, group 2 jp), (row, group 2 jp + 1), (row + 8, group 2 jp + 1)
 // of the wgmma accumulator layout (rows wq * 16.., groups of 8 columns within the box); each lane gives the

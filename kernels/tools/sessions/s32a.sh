@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 31 for the next one (stage first: bash kernels/tools/stage_gpu.sh; carry [".gpu"];
-# ~3 minutes on an H100, ~6 on an H200; no step starts after UNTIL s, default 300). At most 8 files in $OUT.
+# ~3 minutes on an H100, ~6 on an H200; no step starts after UNTIL s, default 360). At most 8 files in $OUT.
 # 1. On an H200 only: the burst rounds of both presets against the shared baseline (the issue's own method on
 #    its card; not run since session 12).
 # 2. The padding's share on 235b under heat: the padding skips (`WS_SKIP_EMPTY_WG=2 WS_SKIP_EMPTY_K=1`, off by
