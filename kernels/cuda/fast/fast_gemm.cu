@@ -125,23 +125,42 @@ __device__ __forceinline__ float bf16_hi(unsigned v) { return __uint_as_float(v 
 struct DivRn {
     __device__ __forceinline__ float operator()(float x, float d) const { return x / d; }
 };
+// SWIGLU_RCP=1 (an experiment, off by default): every SwiGLU quotient x / den as x · rcp.approx.f32(den)
+// (one MUFU.RCP, at most 1 ulp, subnormal results kept) instead of the correctly rounded division, in every
+// engine alike, so the backward's recomputed A stays bitwise the forward's. A = (g·r)·u then errs by ~4 u
+// more than today, s = r by ~2 u: inside the oracle's evaluation allowance (16 u forward, 32 u backward:
+// reference/src/emulate/act_bound.rs, kernels/src/fast/check.rs). No range check either, so GEMM1's epilogue
+// loses div_rn_in_range's compares and its fallback.
+#ifndef SWIGLU_RCP
+#define SWIGLU_RCP 0
+#endif
+template <class Div>
+__device__ __forceinline__ float swiglu_quot(Div div, float x, float den) {
+#if SWIGLU_RCP
+    float r;
+    asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(den));
+    return x * r;
+#else
+    return div(x, den);
+#endif
+}
 template <class Div>
 __device__ __forceinline__ float swiglu_f_div(float g, float u, float alpha, float limit, bool clamped, Div div) {
-    if (!clamped) return div(g, 1.0f + expf(-g)) * u;
+    if (!clamped) return swiglu_quot(div, g, 1.0f + expf(-g)) * u;
     g = fminf(g, limit);
     u = fminf(fmaxf(u, -limit), limit);
-    return div(g, 1.0f + expf(-alpha * g)) * (u + 1.0f);
+    return swiglu_quot(div, g, 1.0f + expf(-alpha * g)) * (u + 1.0f);
 }
 __device__ __forceinline__ float swiglu_f(float g, float u, float alpha, float limit) { return swiglu_f_div(g, u, alpha, limit, !(limit < 0.0f), DivRn{}); }
 __device__ __forceinline__ void swiglu_b(float g, float u, float d, float alpha, float limit, float& dg, float& du) {
     if (limit < 0.0f) {
-        float s = 1.0f / (1.0f + expf(-g));
+        float s = swiglu_quot(DivRn{}, 1.0f, 1.0f + expf(-g));
         dg = d * u * (s * (1.0f + g * (1.0f - s)));
         du = d * (g * s);
     } else {
         float gc = fminf(g, limit);
         float uc = fminf(fmaxf(u, -limit), limit);
-        float s = 1.0f / (1.0f + expf(-alpha * gc));
+        float s = swiglu_quot(DivRn{}, 1.0f, 1.0f + expf(-alpha * gc));
         dg = g > limit ? 0.0f : d * (uc + 1.0f) * (s * (1.0f + alpha * gc * (1.0f - s)));
         du = fabsf(u) > limit ? 0.0f : d * (gc * s);
     }
@@ -153,15 +172,15 @@ template <class Div>
 __device__ __forceinline__ void swiglu_fb_div(float g, float u, float d, float alpha, float limit, bool clamped, Div div, float& a, float& dg, float& du) {
     if (!clamped) {
         const float den = 1.0f + expf(-g);
-        a = div(g, den) * u;
-        const float s = div(1.0f, den);
+        a = swiglu_quot(div, g, den) * u;
+        const float s = swiglu_quot(div, 1.0f, den);
         dg = d * u * (s * (1.0f + g * (1.0f - s)));
         du = d * (g * s);
     } else {
         const float gc = fminf(g, limit), uc = fminf(fmaxf(u, -limit), limit);
         const float den = 1.0f + expf(-alpha * gc);
-        a = div(gc, den) * (uc + 1.0f);
-        const float s = div(1.0f, den);
+        a = swiglu_quot(div, gc, den) * (uc + 1.0f);
+        const float s = swiglu_quot(div, 1.0f, den);
         dg = g > limit ? 0.0f : d * (uc + 1.0f) * (s * (1.0f + alpha * gc * (1.0f - s)));
         du = fabsf(u) > limit ? 0.0f : d * (gc * s);
     }

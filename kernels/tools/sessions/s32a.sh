@@ -10,7 +10,10 @@
 #    4096), as s31e did for dX: where the gathered, SwiGLU-fused GEMM spends its cycles and bytes.
 # (Session 32 added, first: fc_swiglu_bwd_rows with cvt.rn.bf16x2 conversions (`FC_SWIGLU_BWD_CVT=1`), and
 # with div.rn's branch-free fast path as well (`=2`), heated A/Bs on 30b; the kernel moves 1.21 GB in 0.373 ms
-# on the H200 (3.2 TB/s) at 711 W, and its code shrinks from 4552 to 3080 instructions with the first.)
+# on the H200 (3.2 TB/s) at 711 W, and its code shrinks from 4552 to 3080 instructions with the first.
+# Then `SWIGLU_RCP=1`: every SwiGLU quotient by rcp.approx.f32 instead of div.rn (B's values differ from A's;
+# the A/B's oracle check on B must pass; GEMM1 11640 -> 9568 instructions). At most 8 files: 4 A/B logs, 2
+# burst logs, s32a.out, and the ncu pages only if the burst did not run.)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s32a}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
@@ -19,6 +22,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 export AB_HEAT=3000 AB_UNTIL=$UNTIL
 ab qwen3-30b-a3b 8 swb-cvt "MOE_FAST_DEFINES=FC_SWIGLU_BWD_CVT=1"
 ab qwen3-30b-a3b 8 swb-cvt2 "MOE_FAST_DEFINES=FC_SWIGLU_BWD_CVT=2"
+ab qwen3-30b-a3b 8 swiglu-rcp "MOE_FAST_DEFINES=SWIGLU_RCP=1"
 h200_burst $UNTIL burst-h200
 ab qwen3-235b-a22b 8 skips-235b "MOE_FAST_DEFINES=WS_SKIP_EMPTY_WG=2 WS_SKIP_EMPTY_K=1"
 if [ $SECONDS -lt $((UNTIL - 60)) ]; then  # ncu last (~4 minutes), started only before UNTIL - 60 s
