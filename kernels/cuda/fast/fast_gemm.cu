@@ -126,11 +126,12 @@ struct DivRn {
     __device__ __forceinline__ float operator()(float x, float d) const { return x / d; }
 };
 // SWIGLU_RCP=1 (an experiment, off by default): every SwiGLU quotient x / den as x · rcp.approx.f32(den)
-// (one MUFU.RCP, at most 1 ulp, subnormal results kept) instead of the correctly rounded division, in every
-// engine alike, so the backward's recomputed A stays bitwise the forward's. A = (g·r)·u then errs by ~4 u
-// more than today, s = r by ~2 u: inside the oracle's evaluation allowance (16 u forward, 32 u backward:
-// reference/src/emulate/act_bound.rs, kernels/src/fast/check.rs). No range check either, so GEMM1's epilogue
-// loses div_rn_in_range's compares and its fallback.
+// (MUFU.RCP with the subnormal results kept; its error is taken as 1 ulp = 2 u, which this repository has not
+// verified: B's oracle check in the A/B and gpu_fast must pass before it could be the default) instead of the
+// correctly rounded division, in every engine alike, so the backward's recomputed A stays bitwise the
+// forward's. A quotient then errs by ~3 u instead of 1 u: inside the oracle's evaluation allowance (16 u
+// forward, 32 u backward: reference/src/emulate/act_bound.rs, kernels/src/fast/check.rs). No range check
+// either, so GEMM1's epilogue loses div_rn_in_range's compares and its fallback.
 #ifndef SWIGLU_RCP
 #define SWIGLU_RCP 0
 #endif
