@@ -3,8 +3,7 @@
 //! dynamic tile scheduler (`WS_DYNAMIC=0`), with every partial row group stored by the direct epilogue
 //! (`WS_PARTIAL_STAGED=0`; the default copies GEMM2's and dX's out of the staging boxes), with the empty
 //! warpgroups' and k-slices' wgmma skipped (`WS_SKIP_EMPTY_WG=1 WS_SKIP_EMPTY_K=1`, the skipping warpgroup's
-//! waits sleeping between polls: `WS_SKIP_WAIT_BACKOFF=64`), with the SwiGLU's quotients by `rcp.approx`
-//! (`SWIGLU_RCP=1`, in the clustered build), with no register spills, no wgmma that ptxas serialises (note C7520:
+//! waits sleeping between polls: `WS_SKIP_WAIT_BACKOFF=64`), with no register spills, no wgmma that ptxas serialises (note C7520:
 //! in session 9 a branch around the MMA cost the clustered GEMMs ~40% of their main-loop cycles, and nothing
 //! but ptxas's note showed it; C7515 for the persistent GEMMs), and no persistent GEMM larger than
 //! `MAX_INSTRUCTIONS` SASS instructions (session 15: instruction-cache bound at 43,504).
@@ -44,7 +43,7 @@ fn compile(defines: &[&str]) -> Result<String, String> {
 fn fast_kernels_compile_for_sm90a_without_spills_or_serialised_wgmma() {
     let builds: [&[&str]; 5] = [
         &[],
-        &["-DWS_CLUSTER=2", "-DSWIGLU_RCP=1"],
+        &["-DWS_CLUSTER=2"],
         &["-DWS_DYNAMIC=0"],
         &["-DWS_PARTIAL_STAGED=0"],
         &["-DWS_SKIP_EMPTY_WG=1", "-DWS_SKIP_EMPTY_K=1", "-DWS_SKIP_WAIT_BACKOFF=64"],

@@ -119,49 +119,35 @@ __device__ __forceinline__ float bf16_lo(unsigned v) { return __uint_as_float(v 
 __device__ __forceinline__ float bf16_hi(unsigned v) { return __uint_as_float(v & 0xffff0000u); }
 
 // SwiGLU in f32 on bf16-valued inputs; the same code in forward and backward, so the backward's recomputed
-// A is bit-identical to the stored forward A. The forward (swiglu_f_div) and the combined forward and
-// backward (swiglu_fb_div) take the division as a parameter: `/` (div.rn.f32) for swiglu_f and swiglu_fb, or
-// div_rn_in_range for the _in_range versions; `clamped` is !(limit < 0) (plain SwiGLU when limit < 0).
-struct DivRn {
-    __device__ __forceinline__ float operator()(float x, float d) const { return x / d; }
-};
-// SWIGLU_RCP=1 (an experiment, off by default): every SwiGLU quotient x / den as x · rcp.approx.f32(den)
-// (MUFU.RCP with the subnormal results kept; its error is taken as 1 ulp = 2 u, which this repository has not
-// verified: B's oracle check in the A/B and gpu_fast must pass before it could be the default) instead of the
-// correctly rounded division, in every engine alike, so the backward's recomputed A stays bitwise the
-// forward's. A quotient then errs by ~3 u instead of 1 u: inside the oracle's evaluation allowance (16 u
-// forward, 32 u backward: reference/src/emulate/act_bound.rs, kernels/src/fast/check.rs). No range check
-// either, so GEMM1's epilogue loses div_rn_in_range's compares and its fallback.
-#ifndef SWIGLU_RCP
-#define SWIGLU_RCP 0
-#endif
-template <class Div>
-__device__ __forceinline__ float swiglu_quot(Div div, float x, float den) {
-#if SWIGLU_RCP
+// A is bit-identical to the stored forward A. `clamped` is !(limit < 0) (plain SwiGLU when limit < 0).
+//
+// Each quotient x / den (den = 1 + exp(.) >= 1) is x · rcp.approx.f32(den): MUFU.RCP, 1 ulp (2 u) at most by
+// the PTX ISA, subnormal results kept; with the product's rounding the quotient errs by ~3 u where div.rn
+// errs by u, inside the oracle's evaluation allowance (16 u forward, 32 u backward:
+// reference/src/emulate/act_bound.rs, kernels/src/fast/check.rs). Why not div.rn: its range check and slow
+// paths cost GEMM1's epilogue 2,000 SASS instructions and a fallback per box (session 33, heated on 30b: gemm1
+// 2.2% faster, the pass 0.7%). Every engine and the SwiGLU backward use it alike.
+__device__ __forceinline__ float swiglu_quot(float x, float den) {
     float r;
     asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(den));
     return x * r;
-#else
-    return div(x, den);
-#endif
 }
-template <class Div>
-__device__ __forceinline__ float swiglu_f_div(float g, float u, float alpha, float limit, bool clamped, Div div) {
-    if (!clamped) return swiglu_quot(div, g, 1.0f + expf(-g)) * u;
+__device__ __forceinline__ float swiglu_f_c(float g, float u, float alpha, float limit, bool clamped) {
+    if (!clamped) return swiglu_quot(g, 1.0f + expf(-g)) * u;
     g = fminf(g, limit);
     u = fminf(fmaxf(u, -limit), limit);
-    return swiglu_quot(div, g, 1.0f + expf(-alpha * g)) * (u + 1.0f);
+    return swiglu_quot(g, 1.0f + expf(-alpha * g)) * (u + 1.0f);
 }
-__device__ __forceinline__ float swiglu_f(float g, float u, float alpha, float limit) { return swiglu_f_div(g, u, alpha, limit, !(limit < 0.0f), DivRn{}); }
+__device__ __forceinline__ float swiglu_f(float g, float u, float alpha, float limit) { return swiglu_f_c(g, u, alpha, limit, !(limit < 0.0f)); }
 __device__ __forceinline__ void swiglu_b(float g, float u, float d, float alpha, float limit, float& dg, float& du) {
     if (limit < 0.0f) {
-        float s = swiglu_quot(DivRn{}, 1.0f, 1.0f + expf(-g));
+        float s = swiglu_quot(1.0f, 1.0f + expf(-g));
         dg = d * u * (s * (1.0f + g * (1.0f - s)));
         du = d * (g * s);
     } else {
         float gc = fminf(g, limit);
         float uc = fminf(fmaxf(u, -limit), limit);
-        float s = swiglu_quot(DivRn{}, 1.0f, 1.0f + expf(-alpha * gc));
+        float s = swiglu_quot(1.0f, 1.0f + expf(-alpha * gc));
         dg = g > limit ? 0.0f : d * (uc + 1.0f) * (s * (1.0f + alpha * gc * (1.0f - s)));
         du = fabsf(u) > limit ? 0.0f : d * (gc * s);
     }
@@ -169,59 +155,21 @@ __device__ __forceinline__ void swiglu_b(float g, float u, float d, float alpha,
 
 // swiglu_f and swiglu_b of one element with their common exponential and denominator evaluated once: a gets
 // swiglu_f's value, dg and du swiglu_b's, bit for bit (the same expressions on the same operands).
-template <class Div>
-__device__ __forceinline__ void swiglu_fb_div(float g, float u, float d, float alpha, float limit, bool clamped, Div div, float& a, float& dg, float& du) {
-    if (!clamped) {
+__device__ __forceinline__ void swiglu_fb(float g, float u, float d, float alpha, float limit, float& a, float& dg, float& du) {
+    if (limit < 0.0f) {
         const float den = 1.0f + expf(-g);
-        a = swiglu_quot(div, g, den) * u;
-        const float s = swiglu_quot(div, 1.0f, den);
+        a = swiglu_quot(g, den) * u;
+        const float s = swiglu_quot(1.0f, den);
         dg = d * u * (s * (1.0f + g * (1.0f - s)));
         du = d * (g * s);
     } else {
         const float gc = fminf(g, limit), uc = fminf(fmaxf(u, -limit), limit);
         const float den = 1.0f + expf(-alpha * gc);
-        a = swiglu_quot(div, gc, den) * (uc + 1.0f);
-        const float s = swiglu_quot(div, 1.0f, den);
+        a = swiglu_quot(gc, den) * (uc + 1.0f);
+        const float s = swiglu_quot(1.0f, den);
         dg = g > limit ? 0.0f : d * (uc + 1.0f) * (s * (1.0f + alpha * gc * (1.0f - s)));
         du = fabsf(u) > limit ? 0.0f : d * (gc * s);
     }
-}
-__device__ __forceinline__ void swiglu_fb(float g, float u, float d, float alpha, float limit, float& a, float& dg, float& du) {
-    swiglu_fb_div(g, u, d, alpha, limit, !(limit < 0.0f), DivRn{}, a, dg, du);
-}
-
-// x / d rounded to nearest (div.rn.f32's value) without a branch, for d in [1, 2^60] and |x| in [2^-60, 2^60]
-// (ok reports whether the operands are in that range): the reciprocal-and-correction sequence that the compiler
-// emits as div.rn's fast path (MUFU.RCP, then four FMAs), which is correctly rounded wherever no operand,
-// quotient or remainder is subnormal or near overflow; the compiler's own version guards it with a range
-// check and a branch to a slow path per division, and those branches cut the SwiGLU epilogue into one short
-// dependent chain per element. Checked bit for bit against IEEE division in tests/division_sequence.rs.
-__device__ __forceinline__ float div_rn_in_range(float x, float d, bool& ok) {
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-    r = __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
-    const float q = __fmul_rn(x, r);
-    const float ax = fabsf(x);
-    ok = d >= 1.0f && d <= 0x1p60f && ax >= 0x1p-60f && ax <= 0x1p60f;
-    return __fmaf_rn(r, __fmaf_rn(-d, q, x), q);
-}
-// The division of the _in_range versions: div_rn_in_range, clearing *ok when an operand is out of its range.
-struct DivInRange {
-    bool* ok;
-    __device__ __forceinline__ float operator()(float x, float d) const {
-        bool in;
-        const float q = div_rn_in_range(x, d, in);
-        *ok = *ok && in;
-        return q;
-    }
-};
-// swiglu_f's value where ok (every division in range), with the activation fixed at compile time, so that a
-// box of them is one branch-free block (GEMM1's epilogue; the same for fc_swiglu_bwd_rows measured slower:
-// 0.478 against 0.421 ms, session 8).
-template <bool CLAMPED>
-__device__ __forceinline__ float swiglu_f_in_range(float g, float u, float alpha, float limit, bool& ok) {
-    ok = true;
-    return swiglu_f_div(g, u, alpha, limit, CLAMPED, DivInRange{&ok});
 }
 
 // A_T: A stored M-contiguous ([k][m] tile), else K-contiguous ([m][k] tile). B_T: B stored N-contiguous ([k][n]

@@ -556,17 +556,12 @@ __device__ __forceinline__ void ws_a_fragments(const float* d, int bx, unsigned 
             r[jp][i] = f(pack_bf16x2(d[e], d[e + 1]), pack_bf16x2(d[e + 64], d[e + 65]));
         }
 }
-// ... by swiglu_f_in_range; false if an operand was out of its range (then r is to be recomputed with swiglu_f).
+// ... by swiglu_f_c with the activation fixed at compile time, so that a box is one branch-free block.
 template <bool CLAMPED>
-__device__ __forceinline__ bool ws_swiglu_box_in_range(const float* d, int bx, float alpha, float limit, unsigned (&r)[4][4]) {
-    bool all_ok = true;
+__device__ __forceinline__ void ws_swiglu_box(const float* d, int bx, float alpha, float limit, unsigned (&r)[4][4]) {
     ws_a_fragments(d, bx, r, [&](unsigned g, unsigned u) {
-        bool ok_lo, ok_hi;
-        const unsigned v = pack_bf16x2(swiglu_f_in_range<CLAMPED>(bf16_lo(g), bf16_lo(u), alpha, limit, ok_lo), swiglu_f_in_range<CLAMPED>(bf16_hi(g), bf16_hi(u), alpha, limit, ok_hi));
-        all_ok = all_ok && ok_lo && ok_hi;
-        return v;
+        return pack_bf16x2(swiglu_f_c(bf16_lo(g), bf16_lo(u), alpha, limit, CLAMPED), swiglu_f_c(bf16_hi(g), bf16_hi(u), alpha, limit, CLAMPED));
     });
-    return all_ok;
 }
 
 // GEMM1's SwiGLU epilogue by TMA (EPI_SWIGLU_FWD_SPLIT, I a multiple of 128 so that every box lies inside its
@@ -587,10 +582,7 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
         for (int bx = 0; bx < 2; ++bx) {
             out.box(
                 [&](unsigned slot) {
-#ifndef WS_SWIGLU_DIV_STANDARD  // A's boxes without a branch per element (session 8: GEMM1 1.828 -> 1.666 ms on 30b,
-                                // same outputs); WS_SWIGLU_DIV_STANDARD: the per-element swiglu_f, for comparison
                     unsigned r[4][4];  // [jp][i]: the box's stmatrix fragments
-                    bool all_ok = true;
                     if (part < 2) {
                         ws_a_fragments(d, bx, r, [&](unsigned g, unsigned u) { return part == 0 ? g : u; });
 #ifdef WS_EXP_NO_A_MATH  // experiment: A's boxes written without the SwiGLU (A wrong): the math's share
@@ -598,31 +590,12 @@ __device__ __forceinline__ void ws_store_swiglu_tma(const FastGemmParams& p, con
                         ws_a_fragments(d, bx, r, [&](unsigned g, unsigned u) { return g ^ u; });
 #endif
                     } else if (p.clamp_limit < 0.0f) {
-                        all_ok = ws_swiglu_box_in_range<false>(d, bx, p.alpha, p.clamp_limit, r);
+                        ws_swiglu_box<false>(d, bx, p.alpha, p.clamp_limit, r);
                     } else {
-                        all_ok = ws_swiglu_box_in_range<true>(d, bx, p.alpha, p.clamp_limit, r);
+                        ws_swiglu_box<true>(d, bx, p.alpha, p.clamp_limit, r);
                     }
-                    if (!all_ok)  // rare: an operand out of range; the whole box again with swiglu_f
-                        ws_a_fragments(d, bx, r, [&](unsigned g, unsigned u) {
-                            return pack_bf16x2(swiglu_f(bf16_lo(g), bf16_lo(u), p.alpha, p.clamp_limit), swiglu_f(bf16_hi(g), bf16_hi(u), p.alpha, p.clamp_limit));
-                        });
 #pragma unroll
                     for (int jp = 0; jp < 4; ++jp) stsm_box(slot, wq, lane, jp, r[jp]);
-#else
-#pragma unroll
-                    for (int jp = 0; jp < 4; ++jp) {
-                        unsigned r[4];
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) {  // i: (row half, column group) of the stmatrix fragment
-                            const int e = 4 * (8 * bx + 2 * jp + (i >> 1)) + 2 * (i & 1);
-                            const unsigned g = pack_bf16x2(d[e], d[e + 1]), u = pack_bf16x2(d[e + 64], d[e + 65]);
-                            r[i] = part == 0 ? g
-                                 : part == 1 ? u
-                                             : pack_bf16x2(swiglu_f(bf16_lo(g), bf16_lo(u), p.alpha, p.clamp_limit), swiglu_f(bf16_hi(g), bf16_hi(u), p.alpha, p.clamp_limit));
-                        }
-                        stsm_box(slot, wq, lane, jp, r);
-                    }
-#endif
                 },
                 [&](unsigned slot) {
                     const int col0 = (part == 1 ? p.inter : 0) + q0 + 64 * bx;  // in H (gate, up) or A
