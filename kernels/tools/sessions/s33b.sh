@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Session 33, second call: the layer API's GPU tests of the same build, then the rounds against the PyTorch
-# baseline: on an H200 the burst (the issue's own method), on any card heated 3 s first (the power-capped
-# steady state). Stage first; carry [".gpu"]; ~6 minutes; no round starts after UNTIL s (default 420).
+# Session 33, second call (same build as s33a): the rounds against the PyTorch baseline. On an H200 the burst
+# rounds of both presets (the issue's own method), then heated rounds of both; on another card the heated
+# round of 235b (s33a ran 30b's). Stage first; carry [".gpu"]; 2-7 minutes; no round starts after UNTIL s
+# (default 400).
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s33b}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
-UNTIL=${UNTIL:-420}
+UNTIL=${UNTIL:-400}
 nvidia-smi --query-gpu=name --format=csv,noheader
-layer_tests .gpu/bin 60
-h200_burst $UNTIL burst
-baselines $UNTIL heated
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader)" in
+    *H200*) h200_burst $UNTIL burst; baselines $UNTIL heated ;;
+    *) bench_round qwen3-235b-a22b 3000 heated-235b ;;
+esac
 echo "total ${SECONDS}s"
