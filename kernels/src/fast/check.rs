@@ -10,10 +10,13 @@
 //! 16-product instruction truncates every term to 25 fraction bits below the largest term's exponent and the
 //! sum toward zero to 23 bits, so per instruction the error is below (17·2^-25 + 2^-23)·(|C| + Σ|a·b|), about
 //! 0.66·16·u per instruction's worth of terms: inside γ_K·Σ|a·b| for the whole chain. Storage in bf16 adds
-//! one rounding (u_bf16 = 2^-8) of the value plus half its smallest subnormal. SwiGLU and its backward are a
-//! few f32 operations around one `expf` (32 u relative to the terms' magnitudes, as in `crate::check`).
+//! one rounding (u_bf16 = 2^-8) of the value plus half its smallest subnormal. SwiGLU's forward is bounded by
+//! `moe_reference::emulate::act_bound` (a few f32 operations around one `expf`, the clamped variant's
+//! argument rounded in f32, the sigmoid vanishing where exp overflows: `reference/tests/act_f32_eval.rs`); its
+//! backward by 32 u of a scale that grows with |α·g| (the cancellation in 1 + g(1 − σ)), as in `crate::check`.
 
 use moe_reference::config::Activation;
+use moe_reference::emulate::act_bound;
 use moe_reference::{act, exact};
 
 use super::{FastDims, FastTrace};
@@ -122,7 +125,9 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
             }
             for q in 0..id {
                 let exact_a = act::forward(c.act, h(q), h(id + q));
-                let bound = (UBF + 16.0 * U32) * exact_a.abs() + 2f64.powi(-134);
+                // the f32 evaluation's bound at the stored (exact) inputs, then the bf16 rounding of its result
+                let (_, eval) = act_bound::forward(c.act, h(q), 0.0, h(id + q), 0.0);
+                let bound = UBF * exact_a.abs() + (1.0 + UBF) * eval + 2f64.powi(-134);
                 worst = worst.max(within("fwd.a", &|| format!("row {r} col {q}"), a(q), exact_a, bound)?);
                 let got_aw = bf(tr.aw[r * id + q]);
                 worst = worst.max(dots("bwd.a_weighted (w·A)", &|| format!("row {r} col {q}"), got_aw, &[(w, a(q))], UBF + U32)?);

@@ -30,6 +30,48 @@ fn prod_mag(f: &[(f64, f64)]) -> f64 {
     f.iter().map(|(m, e)| m + e).product()
 }
 
+/// What the f32 evaluation adds to the gate's uncertainty: the clamped variant's kernel forms the sigmoid's
+/// argument z = α·gc in f32, with α itself rounded to f32, so its exp sees z off by up to 2 u relative. That
+/// is the same as gc off by 2 u·|gc| at the exact α, which the Lipschitz terms (L1·bg, L2·α·bg) then carry
+/// to the value (|z·σ'(z)| ≤ 0.28 < L1). Without it the 16 u allowance failed from |α·g| ≈ 10 on: up to
+/// 78 u at |α·g| = 80 with a correctly rounded exp (session 33, `reference/tests/act_f32_eval.rs`). The
+/// plain variant's argument, −g, is exact.
+fn arg_error(act_: Activation, g: f64, bg: f64) -> f64 {
+    match act_ {
+        Activation::Swiglu => 0.0,
+        Activation::SwigluClamped { limit, .. } => 2.0 * U32 * (g.min(limit).abs() + bg),
+    }
+}
+
+/// The range of the sigmoid's argument z over the gate's interval [g − bg, g + bg].
+fn arg_range(act_: Activation, g: f64, bg: f64) -> (f64, f64) {
+    let (za, zb) = match act_ {
+        Activation::Swiglu => (g - bg, g + bg),
+        Activation::SwigluClamped { alpha, limit } => (alpha * (g - bg).min(limit), alpha * (g + bg).min(limit)),
+    };
+    (za.min(zb), za.max(zb))
+}
+
+/// Whether f32's exp(−z) may overflow or the reciprocal of 1 + exp(−z) be subnormal: from −z > 80 on the
+/// kernel's sigmoid may be 0 or a few subnormal units, and so its value, while the exact value may still be
+/// a normal f32 (|g|·e^−80 ≈ 2^-115 |g|). There both lie below [`VANISH`] times the other factors: that
+/// much is allowed on top (the Lipschitz magnitudes would allow far more than the values there are).
+fn may_vanish(act_: Activation, g: f64, bg: f64) -> bool {
+    -arg_range(act_, g, bg).0 > 80.0
+}
+
+/// Twice the largest |z·σ(z)| and |σ(z)·(1 + z·(1 − σ(z)))| for z ≤ −80 (at most 81·e^−80): the kernel's and
+/// the exact value of the sigmoid factor where it may vanish, both.
+const VANISH: f64 = 2.0 * 81.0 * 1.8048513878454153e-35;
+
+/// The sigmoid factor's magnitude where its value may vanish, for the clamped variant's glu = z·σ(z)/α.
+fn vanish_glu(act_: Activation) -> f64 {
+    match act_ {
+        Activation::Swiglu => VANISH,
+        Activation::SwigluClamped { alpha, .. } => VANISH / alpha.abs().min(1.0),
+    }
+}
+
 /// Emulated `a` (before storage) and its bound (before storage), from `g`, `u` with bounds.
 pub fn forward(act_: Activation, g: f64, bg: f64, u: f64, bu: f64) -> (f64, f64) {
     forward_n(act_, g, bg, u, bu, 1.0)
@@ -44,6 +86,8 @@ pub fn forward_dev(act_: Activation, g: f64, dg: f64, u: f64, du: f64) -> f64 {
 fn forward_n(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, evals: f64) -> (f64, f64) {
     let v = act::forward(act_, g, u) as f32 as f64;
     let mu = u.abs() + bu;
+    let vanish = may_vanish(act_, g, bg);
+    let bg = bg + arg_error(act_, g, bg);
     let factors = match act_ {
         Activation::Swiglu => [(act::silu(g).abs() + L1 * bg, L1 * bg), (mu, bu)],
         Activation::SwigluClamped { alpha, limit } => {
@@ -52,7 +96,8 @@ fn forward_n(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, evals: f64) -> 
             [(glu + L1 * bg, L1 * bg), (mu.min(limit) + 1.0, bu)]
         }
     };
-    let b = product_bound(&factors) + evals * EVAL_FWD * prod_mag(&factors) + evals * 4.0 * 2f64.powi(-149);
+    let vanished = if vanish { vanish_glu(act_) * prod_mag(&factors[1..]) } else { 0.0 };
+    let b = product_bound(&factors) + evals * EVAL_FWD * prod_mag(&factors) + evals * 4.0 * 2f64.powi(-149) + vanished;
     (v, b)
 }
 
@@ -79,9 +124,21 @@ fn backward_n(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, da: f64, bda: 
     let (dg, du) = (dg as f32 as f64, du as f32 as f64);
     let d = (da.abs() + bda, bda);
     let mu = u.abs() + bu;
+    let vanish = may_vanish(act_, g, bg);
+    // The sigmoid factor s·(1 + z·(1 − s)) as f32 forms it: s errs by ≤ 7 u relative (exp's 2 ulp, the
+    // sum's and the reciprocal's 1 ulp), which |∂/∂s| = |1 + z − 2zs| ≤ 1 + |z| amplifies; its five roundings
+    // (1 − s, α·gc, the product, the sum, the last product) add ≤ (2 + 5|z|)·u·s: so ≤ (9 + 12|z|)·u·s,
+    // absolute. Relative to the factor it is unbounded where the factor crosses zero (z ≈ −1.28) and grows
+    // with |z| where s → 1, so the 32 u allowance alone did not cover it (session 33,
+    // `reference/tests/act_f32_eval.rs`).
+    let (z_lo, z_hi) = arg_range(act_, g, bg);
+    let z_max = z_lo.abs().max(z_hi.abs());
+    let s_eval = (9.0 + 12.0 * z_max) * U32 * act::sigmoid(z_hi) * evals;
+    let straddle_bg = bg;
+    let bg = bg + arg_error(act_, g, bg);
     let (fg, fu): (Vec<(f64, f64)>, Vec<(f64, f64)>) = match act_ {
         Activation::Swiglu => (
-            vec![d, (mu, bu), (act::silu_grad(g).abs() + L2 * bg, L2 * bg)],
+            vec![d, (mu, bu), (act::silu_grad(g).abs() + L2 * bg + s_eval, L2 * bg + s_eval)],
             vec![d, (act::silu(g).abs() + L1 * bg, L1 * bg)],
         ),
         Activation::SwigluClamped { alpha, limit } => {
@@ -91,14 +148,18 @@ fn backward_n(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, da: f64, bda: 
             let dglu = (s * (1.0 + alpha * gc * (1.0 - s))).abs();
             // The clamps' derivatives: 1 inside, 0 outside; uncertain (0 or 1) near the limit.
             let ind = |inside: bool, unsure: bool| if unsure { (1.0, 1.0) } else { (if inside { 1.0 } else { 0.0 }, 0.0) };
-            let ig = ind(g <= limit, straddles(g, bg, limit));
+            let ig = ind(g <= limit, straddles(g, straddle_bg, limit));
             let iu = ind(u.abs() <= limit, straddles(u.abs(), bu, limit));
             (
-                vec![ig, d, (mu.min(limit) + 1.0, bu), (dglu + L2 * alpha * bg, L2 * alpha * bg)],
+                vec![ig, d, (mu.min(limit) + 1.0, bu), (dglu + L2 * alpha * bg + s_eval, L2 * alpha * bg + s_eval)],
                 vec![iu, d, (glu + L1 * bg, L1 * bg)],
             )
         }
     };
-    let bound = |f: &[(f64, f64)]| product_bound(f) + evals * (EVAL_BWD * prod_mag(f) + 8.0 * 2f64.powi(-149));
-    ((dg, bound(&fg)), (du, bound(&fu)))
+    // (the sigmoid factor is the last of each list; where it may vanish, the others times its small magnitude)
+    let bound = |f: &[(f64, f64)], small: f64| {
+        let vanished = if vanish { small * prod_mag(&f[..f.len() - 1]) } else { 0.0 };
+        product_bound(f) + evals * (EVAL_BWD * prod_mag(f) + 8.0 * 2f64.powi(-149)) + vanished
+    };
+    ((dg, bound(&fg, VANISH)), (du, bound(&fu, vanish_glu(act_))))
 }

@@ -1,0 +1,172 @@
+//! The SwiGLU bounds of `emulate::act_bound` hold for a kernel that evaluates SwiGLU in f32 as the fast
+//! kernels do (`swiglu_f`, `swiglu_b` in `kernels/cuda/fast/fast_gemm.cu`), for every bf16 gate value up to 2^64.
+//!
+//! The kernel is modelled operation by operation: every f32 operation correctly rounded, `expf` anywhere within
+//! 2 ulp of the correctly rounded value (CUDA's documented bound), the reciprocal (`rcp.approx.f32`) within
+//! 1 ulp (the PTX ISA's), and `1 + x·y` either rounded twice or contracted into one fma (NVRTC contracts by
+//! default). The clamped variant's argument α·gc is an f32 product with α rounded to f32, so its exp sees an
+//! argument off by up to 2 u relative: at |α·g| = 80 that alone moves the value by ~78 u, far past the 16 u
+//! the bound allowed for the evaluation before session 33; and where exp overflows (argument above ~88.7)
+//! the kernel's value is 0. Both must be inside the bound.
+
+use moe_reference::act;
+use moe_reference::config::Activation;
+use moe_reference::emulate::act_bound;
+
+/// x moved by k ulps away from zero (k < 0: towards it), saturating at 0 and +-inf; 0 and inf stay.
+fn ulps(x: f32, k: i32) -> f32 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let mag = (x.abs().to_bits() as i64 + k as i64).clamp(0, f32::INFINITY.to_bits() as i64) as u32;
+    f32::from_bits(mag).copysign(x)
+}
+
+/// Every value the modelled `expf(x)` may return: the correctly rounded one and those within 2 ulp.
+fn expf_values(x: f32) -> Vec<f32> {
+    let e = (x as f64).exp() as f32;
+    (-2..=2).map(|k| ulps(e, k)).collect()
+}
+
+/// Every value the modelled `rcp.approx.f32(d)` may return (d >= 1).
+fn rcp_values(d: f32) -> Vec<f32> {
+    let r = (1.0 / d as f64) as f32;
+    (-1..=1).map(|k| ulps(r, k)).collect()
+}
+
+/// `1 + x·y`, rounded twice or contracted.
+fn one_plus(x: f32, y: f32) -> [f32; 2] {
+    [1.0 + x * y, x.mul_add(y, 1.0)]
+}
+
+struct Case {
+    act: Activation,
+    alpha: f32,
+    limit: f32,
+}
+
+impl Case {
+    fn clamped(&self) -> bool {
+        matches!(self.act, Activation::SwigluClamped { .. })
+    }
+    /// The sigmoid's argument's negation as the kernel forms it, and the gate it multiplies.
+    fn arg(&self, g: f32) -> (f32, f32) {
+        if self.clamped() {
+            let gc = g.min(self.limit);
+            (-(self.alpha * gc), gc)
+        } else {
+            (-g, g)
+        }
+    }
+}
+
+/// The largest error of the modelled kernel over the bound, as error / bound (<= 1 passes), with where.
+#[derive(Default)]
+struct Worst {
+    ratio: f64,
+    at: String,
+}
+
+impl Worst {
+    fn see(&mut self, got: f32, exact: f64, bound: f64, at: impl FnOnce() -> String) {
+        let err = (got as f64 - exact).abs();
+        let ratio = if err.is_nan() || (bound <= 0.0 && err > 0.0) { f64::INFINITY } else if bound > 0.0 { err / bound } else { 0.0 };
+        if ratio > self.ratio {
+            self.ratio = ratio;
+            self.at = at();
+        }
+    }
+}
+
+/// Every bf16 gate value up to 2^64 in magnitude (beyond, the products near f32's overflow are outside the
+/// model: the kernel's value overflows where the exact one may not).
+fn bf16_gates() -> impl Iterator<Item = f32> {
+    (0u32..=0xffff).map(|b| f32::from_bits(b << 16)).filter(|g| g.abs() <= 2f32.powi(64))
+}
+
+const UPS: [f32; 6] = [1.0, -0.375, 3.25, -6.5, 7.0, 9.5];
+const DAS: [f32; 2] = [1.0, -0.8125];
+
+fn cases() -> [Case; 2] {
+    // gpt-oss's clamped SwiGLU: α = 1.702, limit 7 (the kernel gets both as f32)
+    let (alpha, limit) = (1.702f64, 7.0f64);
+    [
+        Case { act: Activation::Swiglu, alpha: 1.0, limit: f32::INFINITY },
+        Case { act: Activation::SwigluClamped { alpha, limit }, alpha: alpha as f32, limit: limit as f32 },
+    ]
+}
+
+#[test]
+fn forward_bound_covers_an_f32_kernel_for_every_bf16_gate() {
+    for c in cases() {
+        let mut worst = Worst::default();
+        for g in bf16_gates() {
+            let (x, gc) = c.arg(g);
+            for e in expf_values(x) {
+                let den = 1.0 + e;
+                for r in rcp_values(den) {
+                    let q = gc * r; // swiglu_quot
+                    for u in UPS {
+                        let got = if c.clamped() { q * (u.clamp(-c.limit, c.limit) + 1.0) } else { q * u };
+                        let (_, bound) = act_bound::forward(c.act, g as f64, 0.0, u as f64, 0.0);
+                        let exact = act::forward(c.act, g as f64, u as f64);
+                        worst.see(got, exact, bound, || format!("g {g:e} u {u} exp {e:e} rcp {r:e}: {got:e} against {exact:e}, bound {bound:e}"));
+                    }
+                }
+            }
+        }
+        eprintln!("{:?} forward: worst error/bound {:.3} at {}", c.act, worst.ratio, worst.at);
+        assert!(worst.ratio <= 1.0, "{:?}: the forward's f32 evaluation exceeds its bound by {:.2}x at {}", c.act, worst.ratio, worst.at);
+    }
+}
+
+#[test]
+fn backward_bound_covers_an_f32_kernel_for_every_bf16_gate() {
+    for c in cases() {
+        let (mut worst_g, mut worst_u) = (Worst::default(), Worst::default());
+        for g in bf16_gates() {
+            let (x, gc) = c.arg(g);
+            for e in expf_values(x) {
+                for s in rcp_values(1.0 + e) {
+                    // dg's sigmoid-derivative factor, s·(1 + z·(1 − s)), either way of rounding its sum
+                    let z = if c.clamped() { c.alpha * gc } else { g };
+                    for t in one_plus(z, 1.0 - s) {
+                        let dglu = s * t;
+                        for u in UPS {
+                            for d in DAS {
+                                let ((_, bg), (_, bu)) = act_bound::backward(c.act, g as f64, 0.0, u as f64, 0.0, d as f64, 0.0);
+                                let (eg, eu) = act::backward(c.act, g as f64, u as f64, d as f64);
+                                let (dg, du) = if c.clamped() {
+                                    let uc = u.clamp(-c.limit, c.limit);
+                                    (if g > c.limit { 0.0 } else { d * (uc + 1.0) * dglu }, if u.abs() > c.limit { 0.0 } else { d * (gc * s) })
+                                } else {
+                                    (d * u * dglu, d * (g * s))
+                                };
+                                let at = || format!("g {g:e} u {u} d {d} exp {e:e} rcp {s:e}");
+                                worst_g.see(dg, eg, bg, || format!("dg at {}: {dg:e} against {eg:e}, bound {bg:e}", at()));
+                                worst_u.see(du, eu, bu, || format!("du at {}: {du:e} against {eu:e}, bound {bu:e}", at()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (w, what) in [(worst_g, "dg"), (worst_u, "du")] {
+            eprintln!("{:?} backward {what}: worst error/bound {:.3} at {}", c.act, w.ratio, w.at);
+            assert!(w.ratio <= 1.0, "{:?}: the backward's f32 {what} exceeds its bound by {:.2}x at {}", c.act, w.ratio, w.at);
+        }
+    }
+}
+
+#[test]
+fn the_model_reproduces_the_clamped_argument_error() {
+    // the test above is only as good as its model: at g = -48.5 (α·g ≈ -82.5) the f32 argument's rounding
+    // alone, with an exact exp and reciprocal, must move the value by more than 16 u (the old allowance)
+    let c = &cases()[1];
+    let g = -48.5f32;
+    let (x, gc) = c.arg(g);
+    let got = gc * (1.0 / (1.0 + (x as f64).exp() as f32)) * 2.0;
+    let exact = act::forward(c.act, g as f64, 1.0);
+    let rel = ((got as f64 - exact) / exact).abs() * (1u64 << 24) as f64;
+    assert!(rel > 16.0, "relative error {rel} u");
+}
