@@ -7,7 +7,7 @@
 //! operations around one `expf` within 2 ulp (CUDA's; not the fast `__expf`, whose error grows with the
 //! argument) and a reciprocal or division within 1 ulp. It is allowed 16 units of 2^-24 forward and 32
 //! backward, relative, plus three terms that no relative allowance covers: the clamped variant's argument
-//! α·g rounded in f32 ([`arg_error`]), the sigmoid vanishing where exp overflows ([`VANISH`]), and the
+//! α·g rounded in f32 (`arg_error`), the sigmoid vanishing where exp overflows (`VANISH`), and the
 //! backward's sigmoid factor near its zero and where s → 1. `reference/tests/act_f32_eval.rs` checks the
 //! whole for every bf16 gate. Products use `|Π x̃ − Π x| ≤ Π(m + e) − Π m` for magnitudes `m ≥ |x|` and errors
 //! `e ≥ |x̃ − x|`.
