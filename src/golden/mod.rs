@@ -34,8 +34,9 @@ pub use preset::Preset;
 pub use recipe::Recipe;
 
 /// Version of the generator's streams, recorded in every file as `moe.golden.generator`.
-// 2: emulated results and bounds for low-precision recipes; 3: SwiGLU's bounds cover its f32 evaluation as
-// kernels do it (the clamped argument's rounding, exp's overflow, the sigmoid's error in the backward)
+// 2: emulated results and bounds for low-precision recipes; 3 (session 33): SwiGLU's bounds cover its f32
+// evaluation as kernels do it (the clamped argument's rounding, exp's overflow, the sigmoid's error in the
+// backward), and so do the routing weights' (`emulate::route_bound`)
 pub const GENERATOR: &str = "moe-oracle golden 3";
 
 /// Arguments of `moe-oracle golden`.

@@ -7,12 +7,14 @@
 //! its storage precision. Each tensor is [`Tracked`]: the emulated value and a bound `b` such that
 //! |value of any faithful kernel − exact oracle value| ≤ b, elementwise ([`stage`] derives it).
 //!
-//! Routing is the exact oracle's (ids and weights), the weights rounded to the recipe's weight storage: the
-//! emulator does not model a low-precision router, and a kernel whose top-k differs from the oracle's
+//! Routing is the exact oracle's (ids and weights), the weights rounded to the recipe's weight storage, plus
+//! [`route_bound`]'s allowance for a kernel that routes in f32 from the exact logits: the emulator does not
+//! model a low-precision router (its GEMM), and a kernel whose top-k differs from the oracle's
 //! (near-ties) must be checked with the routing given. `grad.topk_weights` is bounded for the row dot
 //! `<dy, o>`; `grad.router.weight` and the router's part of `grad.x` through the routing Jacobian.
 
 pub mod act_bound;
+pub mod route_bound;
 pub mod tightness;
 pub mod operand;
 pub mod products;
@@ -405,12 +407,14 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
     let rows = RowMap::build(topk_ids.view(), e_n);
     let ranks = rows.ranks(cfg.ep_ranks);
     let w_in = read_as(&topk_weights, st.weights);
-    // A kernel that routes itself computes its weights in f32: allow 32 units of 2^-24 (softmax or sigmoid,
-    // renormalisation, scaling) on top of the storage rounding.
-    let w_b = if routed.is_some() { &w_in.b + &w_in.v.mapv(|w| 32.0 * 2f64.powi(-24) * w.abs()) } else { w_in.b.clone() };
-    // Deviation of a kernel's combine weights from the emulator's: none when given, the f32 routing
-    // evaluation when the kernel routes.
-    let w_d = if routed.is_some() { w_in.v.mapv(|w| 32.0 * 2f64.powi(-24) * w.abs()) } else { crate::bigmem::zeros(w_in.v.dim()) };
+    // A kernel that routes itself computes its weights in f32 (`route_bound`: softmax or sigmoid,
+    // renormalisation, scaling), on top of the storage rounding; that is also its weights' deviation from the
+    // emulator's (none when the routing is given).
+    let w_d = match (&logits, &cfg.routing) {
+        (Some(l), Some(r)) => &route_bound::weight_allowance(r, l.view(), topk_ids.view()) * &w_in.v.mapv(f64::abs),
+        _ => crate::bigmem::zeros(w_in.v.dim()),
+    };
+    let w_b = &w_in.b + &w_d;
     let mut deviations: Vec<(String, ArrayD<f32>)> = Vec::new();
 
     let x_in = read_as(&inp.x, st.inputs);

@@ -1,0 +1,80 @@
+//! How far a kernel's f32 routing weights may lie from the oracle's at the same logits, relative to each
+//! weight.
+//!
+//! The kernel is modelled operation by operation: `expf` within 2 ulp, every other operation correctly
+//! rounded, sums in any order.
+//! - Softmax: it forms x = l − max in f32. That rounding moves exp(x) by |x|·u relative, which no fixed
+//!   allowance covers: at logit spreads of 10 a plausible kernel errs by 35 u.
+//! - The softmax denominator: summed over all E experts in any order, its error is (E − 1)·u plus the terms'
+//!   own, unless the top k are renormalised, which divides it out.
+//! - Where exp over- or underflows (sigmoid: l < −80; softmax: l < max − 80) the kernel's score may be 0:
+//!   the whole weight is allowed there.
+//!
+//! Every allowance is at least the 32 u it was before session 33. `reference/tests/route_f32_eval.rs` checks
+//! it against such kernels (sequential and tree sums, a full softmax renormalised or one over the top k).
+//! It assumes exact logits: the emulator does not model the router's GEMM.
+
+use ndarray::{Array2, ArrayView1, ArrayView2};
+
+use crate::config::{Routing, Score};
+
+const U32: f64 = 1.0 / (1u64 << 24) as f64;
+/// What every weight is allowed at least (the allowance before session 33).
+const FLOOR: f64 = 32.0 * U32;
+
+/// Relative allowance of each combine weight [T, k] (chosen experts `ids`, -1 slots get 0) for a kernel that
+/// routes itself in f32 from `logits` [T, E].
+pub fn weight_allowance(cfg: &Routing, logits: ArrayView2<f64>, ids: ArrayView2<i32>) -> Array2<f64> {
+    let mut out = Array2::zeros(ids.dim());
+    for (t, mut row) in out.outer_iter_mut().enumerate() {
+        let chosen: Vec<usize> = ids.row(t).iter().filter(|&&i| i >= 0).map(|&i| i as usize).collect();
+        let per = per_expert(cfg.score, logits.row(t));
+        // the renormalisation's sum over the chosen: their own errors (weighted mean ≤ the largest), its
+        // k − 1 roundings and the division
+        let renorm = if cfg.normalize_topk {
+            chosen.iter().map(|&e| per[e]).fold(0.0, f64::max) + chosen.len() as f64 * U32 + U32
+        } else {
+            0.0
+        };
+        let denom = match cfg.score {
+            // S = Σ exp(x_e): the terms' errors (their weighted mean) and E − 1 roundings; then p = e / S
+            Score::Softmax if !cfg.normalize_topk => softmax_sum_error(logits.row(t), &per) + U32,
+            Score::Softmax => U32, // p = e / S: S cancels in the renormalisation, the division's rounding not
+            Score::Sigmoid => 0.0,
+        };
+        for (j, &id) in ids.row(t).iter().enumerate() {
+            if id >= 0 {
+                // + the scaling's rounding
+                // (times 1 + 2^-20 for the products of the relative errors, all below 2^-10)
+                row[j] = ((per[id as usize] + denom + renorm + U32) * (1.0 + 2f64.powi(-20))).max(FLOOR);
+            }
+        }
+    }
+    out
+}
+
+/// Each expert's score's relative error from its own evaluation (before any sum or division by one).
+fn per_expert(score: Score, l: ArrayView1<f64>) -> Vec<f64> {
+    match score {
+        Score::Softmax => {
+            let max = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            // exp's 2 ulp (4 u) and the rounding of x = l − max, |x|·u, through exp (first order, times
+            // 1 + |x|·u for the rest); all of it where exp(x) may be subnormal or 0
+            l.iter().map(|&v| if max - v > 80.0 { 1.0 } else { 4.0 * U32 + (max - v) * U32 * (1.0 + (max - v) * U32) }).collect()
+        }
+        // 1 / (1 + exp(−l)): exp's 4 u, the sum's u, the reciprocal's 2 u; all of it where exp overflows
+        Score::Sigmoid => l.iter().map(|&v| if v < -80.0 { 1.0 } else { 7.0 * U32 }).collect(),
+    }
+}
+
+/// The softmax denominator's relative error: its terms' (weighted by their share) and E − 1 roundings.
+fn softmax_sum_error(l: ArrayView1<f64>, per: &[f64]) -> f64 {
+    let max = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (mut s, mut se) = (0.0, 0.0);
+    for (&v, &p) in l.iter().zip(per) {
+        let e = (v - max).exp();
+        s += e;
+        se += e * p;
+    }
+    se / s * (1.0 + 1e-12) + (l.len().saturating_sub(1)) as f64 * U32
+}
