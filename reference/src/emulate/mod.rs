@@ -281,52 +281,6 @@ fn quantise_rows(name: &str, plan: &GemmPlan, x: &Array2<f64>) -> Option<Quantis
     Some(Quantised { name: name.into(), format: p.spec.format, block: p.spec.block.to_string(), q: q.q.into_dyn(), scale: q.scale.into_dyn() })
 }
 
-/// Bounds on the magnitudes of the terms the routing backward sums, per (token, expert), for gradient
-/// magnitudes `g` at the combine weights (see [`route::backward`]): with `dq = scaling·g`,
-/// `DV_i = (|dq_i| + Σ_j q_j·|dq_j|)/S` when renormalised (else `|dq_i|`); sigmoid `DV_i·σ(l)σ(−l)`;
-/// softmax chosen `p_i·(Σ_f p_f·(DV_i + DV_f) + DV_i·(unchosen mass))`, unchosen `p_e·Σ_f p_f·DV_f`.
-fn routing_backward_magnitude(cfg: &crate::config::Routing, routed: &route::Routed, logits: ArrayView2<f64>, g: ArrayView2<f64>) -> Array2<f64> {
-    let (t_n, e_n) = routed.scores.dim();
-    let k = routed.topk_ids.ncols();
-    let mut out = crate::bigmem::zeros((t_n, e_n));
-    for t in 0..t_n {
-        let s = routed.scores.row(t);
-        let ids: Vec<usize> = routed.topk_ids.row(t).iter().map(|&i| i as usize).collect();
-        let dq: Vec<f64> = (0..k).map(|j| cfg.scaling.abs() * g[[t, j]]).collect();
-        let v: Vec<f64> = ids.iter().map(|&i| s[i]).collect();
-        // DV, and DV_j·v_j (= (|dq_j| + Σ q·|dq|)·(v_j/S) when renormalised: with v_j/S formed first, a
-        // tiny score sum S cannot overflow DV to infinity and make inf·0 = NaN downstream).
-        let (dv, dv_v): (Vec<f64>, Vec<f64>) = if cfg.normalize_topk {
-            let total: f64 = v.iter().sum();
-            let inner: f64 = (0..k).map(|j| v[j] / total * dq[j]).sum();
-            ((0..k).map(|i| (dq[i] + inner) / total).collect(), (0..k).map(|i| (dq[i] + inner) * (v[i] / total)).collect())
-        } else {
-            let dv_v = (0..k).map(|i| dq[i] * v[i]).collect();
-            (dq, dv_v)
-        };
-        let mut row = out.row_mut(t);
-        match cfg.score {
-            crate::config::Score::Sigmoid => {
-                for (j, &i) in ids.iter().enumerate() {
-                    row[i] = dv_v[j] * crate::act::sigmoid(-logits[[t, i]]);
-                }
-            }
-            crate::config::Score::Softmax => {
-                let chosen_sum: f64 = ids.iter().zip(&dv).map(|(&f, &d)| s[f] * d).sum();
-                let mass: f64 = (0..e_n).filter(|e| !ids.contains(e)).map(|e| s[e]).sum();
-                for e in 0..e_n {
-                    row[e] = s[e] * chosen_sum;
-                }
-                let psum: f64 = ids.iter().map(|&f| s[f]).sum();
-                for (j, &i) in ids.iter().enumerate() {
-                    row[i] = s[i] * (chosen_sum + dv[j] * psum + dv[j] * mass);
-                }
-            }
-        }
-    }
-    out * 1.01
-}
-
 /// Drop a stage's quantised operands unless they are kept for output.
 fn keep_q(o: Fed, keep: bool) -> Fed {
     if keep {
@@ -696,10 +650,10 @@ fn run_stages(inp: &LayerInputs, recipe: &Recipe, opt: Options, opts: EmulateOpt
             // of the intermediate terms, which cancel in the result (an unchosen expert's gradient is 0 in
             // real numbers under renormalisation, but not in floating point).
             let gmag = Zip::from(&gtw.v).and(&gtw.b).map_collect(|&g, &b| g.abs() + b);
-            let mag = routing_backward_magnitude(rcfg, routed, lg.view(), gmag.view());
-            let dl_b = dl_b * (1.0 + 1e-12) + &mag * (64.0 * 2f64.powi(-24)) + 2f64.powi(-140);
+            let mag = route_bound::backward_magnitude(rcfg, routed, lg.view(), gmag.view());
+            let dl_b = dl_b * (1.0 + 1e-12) + route_bound::logit_grad_allowance(rcfg, lg.view(), routed.topk_ids.view(), &mag, 1.0);
             // Deviation: the gradient's deviation through |J|, and both evaluations.
-            let dl_d = dl_d * (1.0 + 1e-12) + &mag * (128.0 * 2f64.powi(-24)) + 2f64.powi(-139);
+            let dl_d = dl_d * (1.0 + 1e-12) + route_bound::logit_grad_allowance(rcfg, lg.view(), routed.topk_ids.view(), &mag, 2.0);
             let dl_d = store_dev(&dl_exact, dl_d, Storage::F32);
             let dl = store(dl_exact, dl_b, Storage::F32);
             let rw_in = read_as(rw, st.inputs);
