@@ -21,21 +21,21 @@ import sys
 import tempfile
 
 args = sys.argv[1:]
-cuda = "/tmp/cuda"
-if "--cuda" in args:
-    i = args.index("--cuda")
-    cuda = args[i + 1]
+
+
+def take(flag, default=None):
+    """The value after `flag` in args (both removed from them), or `default` without the flag."""
+    if flag not in args:
+        return default
+    i = args.index(flag)
+    value = args[i + 1]
     del args[i : i + 2]
-ptx_out = None
-if "--ptx" in args:
-    i = args.index("--ptx")
-    ptx_out = args[i + 1]
-    del args[i : i + 2]
-sass_out = None
-if "--sass" in args:
-    i = args.index("--sass")
-    sass_out = args[i + 1]
-    del args[i : i + 2]
+    return value
+
+
+cuda = take("--cuda", "/tmp/cuda")
+ptx_out = take("--ptx")
+sass_out = take("--sass")
 defines = [a for a in args if a.startswith("-D")]  # e.g. -DWS_EXP_NO_STORE (as MOE_FAST_DEFINES passes them)
 args = [a for a in args if not a.startswith("-D")]
 only = args[0] if args else ""

@@ -124,10 +124,7 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
                 worst = worst.max(dots("fwd.h", &|| format!("row {r} col {n}"), h(n), &pairs, UBF)?);
             }
             for q in 0..id {
-                let exact_a = act::forward(c.act, h(q), h(id + q));
-                // the f32 evaluation's bound at the stored (exact) inputs, then the bf16 rounding of its result
-                let (_, eval) = act_bound::forward(c.act, h(q), 0.0, h(id + q), 0.0);
-                let bound = UBF * exact_a.abs() + (1.0 + UBF) * eval + 2f64.powi(-134);
+                let (exact_a, bound) = act_bound::forward_stored_bf16(c.act, h(q), h(id + q));
                 worst = worst.max(within("fwd.a", &|| format!("row {r} col {q}"), a(q), exact_a, bound)?);
                 let got_aw = bf(tr.aw[r * id + q]);
                 worst = worst.max(dots("bwd.a_weighted (w·A)", &|| format!("row {r} col {q}"), got_aw, &[(w, a(q))], UBF + U32)?);

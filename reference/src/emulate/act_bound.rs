@@ -56,12 +56,12 @@ fn arg_range(act_: Activation, g: f64, bg: f64) -> (f64, f64) {
     (za.min(zb), za.max(zb))
 }
 
-/// Whether f32's exp(−z) may overflow or the reciprocal of 1 + exp(−z) be subnormal: from −z > 80 on the
+/// Whether, for the lowest argument `z_lo` of [`arg_range`], f32's exp(−z) may overflow or the reciprocal of 1 + exp(−z) be subnormal: from −z > 80 on the
 /// kernel's sigmoid may be 0 or a few subnormal units, and so its value, while the exact value may still be
 /// a normal f32 (|g|·e^−80 ≈ 2^-115 |g|). There both lie below [`VANISH`] times the other factors: that
 /// much is allowed on top (the Lipschitz magnitudes would allow far more than the values there are).
-fn may_vanish(act_: Activation, g: f64, bg: f64) -> bool {
-    -arg_range(act_, g, bg).0 > 80.0
+fn may_vanish(z_lo: f64) -> bool {
+    -z_lo > 80.0
 }
 
 /// Twice the largest |z·σ(z)| and |σ(z)·(1 + z·(1 − σ(z)))| for z ≤ −80 (at most 81·e^−80): the kernel's and
@@ -74,6 +74,16 @@ fn vanish_glu(act_: Activation) -> f64 {
         Activation::Swiglu => VANISH,
         Activation::SwigluClamped { alpha, .. } => VANISH / alpha.abs().min(1.0),
     }
+}
+
+/// The exact `a` at exact inputs `g`, `u`, and the bound on a kernel's `a` evaluated in f32 from them and
+/// stored in bf16 (its rounding, 2^-8 relative, plus half bf16's smallest subnormal): what a GPU check that
+/// recomputes A from the kernel's own stored H allows.
+pub fn forward_stored_bf16(act_: Activation, g: f64, u: f64) -> (f64, f64) {
+    const UBF: f64 = 1.0 / 256.0;
+    let exact = act::forward(act_, g, u);
+    let (_, eval) = forward(act_, g, 0.0, u, 0.0);
+    (exact, UBF * exact.abs() + (1.0 + UBF) * eval + 2f64.powi(-134))
 }
 
 /// Emulated `a` (before storage) and its bound (before storage), from `g`, `u` with bounds.
@@ -90,7 +100,7 @@ pub fn forward_dev(act_: Activation, g: f64, dg: f64, u: f64, du: f64) -> f64 {
 fn forward_n(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, evals: f64) -> (f64, f64) {
     let v = act::forward(act_, g, u) as f32 as f64;
     let mu = u.abs() + bu;
-    let vanish = may_vanish(act_, g, bg);
+    let vanish = may_vanish(arg_range(act_, g, bg).0);
     let bg = bg + arg_error(act_, g, bg);
     let factors = match act_ {
         Activation::Swiglu => [(act::silu(g).abs() + L1 * bg, L1 * bg), (mu, bu)],
@@ -128,7 +138,6 @@ fn backward_n(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, da: f64, bda: 
     let (dg, du) = (dg as f32 as f64, du as f32 as f64);
     let d = (da.abs() + bda, bda);
     let mu = u.abs() + bu;
-    let vanish = may_vanish(act_, g, bg);
     // The sigmoid factor s·(1 + z·(1 − s)) as f32 forms it: s errs by ≤ 7 u relative (exp's 2 ulp, the
     // sum's and the reciprocal's 1 ulp), which |∂/∂s| = |1 + z − 2zs| ≤ 1 + |z| amplifies; its five roundings
     // (1 − s, α·gc, the product, the sum, the last product) add ≤ (2 + 5|z|)·u·s: so ≤ (9 + 12|z|)·u·s,
@@ -136,6 +145,7 @@ fn backward_n(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, da: f64, bda: 
     // with |z| where s → 1, so the 32 u allowance alone did not cover it (session 33,
     // `reference/tests/act_f32_eval.rs`).
     let (z_lo, z_hi) = arg_range(act_, g, bg);
+    let vanish = may_vanish(z_lo);
     let z_max = z_lo.abs().max(z_hi.abs());
     let s_eval = (9.0 + 12.0 * z_max) * U32 * act::sigmoid(z_hi) * evals;
     let straddle_bg = bg;

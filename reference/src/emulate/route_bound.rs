@@ -56,11 +56,16 @@ pub fn weight_allowance(cfg: &Routing, logits: ArrayView2<f64>, ids: ArrayView2<
     out
 }
 
+/// A token's largest logit (softmax's shift).
+fn row_max(l: ArrayView1<f64>) -> f64 {
+    l.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
 /// Each expert's score's relative error from its own evaluation (before any sum or division by one).
 fn per_expert(score: Score, l: ArrayView1<f64>) -> Vec<f64> {
     match score {
         Score::Softmax => {
-            let max = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let max = row_max(l);
             // exp's 2 ulp (4 u) and the rounding of x = l − max, |x|·u, through exp (first order, times
             // 1 + |x|·u for the rest); all of it where exp(x) may be subnormal or 0
             l.iter().map(|&v| if max - v > 80.0 { 1.0 } else { 4.0 * U32 + (max - v) * U32 * (1.0 + (max - v) * U32) }).collect()
@@ -72,7 +77,7 @@ fn per_expert(score: Score, l: ArrayView1<f64>) -> Vec<f64> {
 
 /// The softmax denominator's relative error: its terms' (weighted by their share) and E − 1 roundings.
 fn softmax_sum_error(l: ArrayView1<f64>, per: &[f64]) -> f64 {
-    let max = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let max = row_max(l);
     let (mut s, mut se) = (0.0, 0.0);
     for (&v, &p) in l.iter().zip(per) {
         let e = (v - max).exp();
@@ -141,7 +146,7 @@ pub fn logit_grad_allowance(cfg: &Routing, logits: ArrayView2<f64>, ids: ArrayVi
     let mut out = mag * (evals * 64.0 * U32) + evals * 2f64.powi(-140);
     for (t, mut row) in out.outer_iter_mut().enumerate() {
         let l = logits.row(t);
-        let max = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let max = row_max(l);
         let top = ids.row(t).iter().filter(|&&i| i >= 0).map(|&i| max - l[i as usize]).fold(0.0, f64::max);
         for (e, a) in row.iter_mut().enumerate() {
             let m = mag[[t, e]];
