@@ -7,7 +7,8 @@
 //! default). The clamped variant's argument α·gc is an f32 product with α rounded to f32, so its exp sees an
 //! argument off by up to 2 u relative: at |α·g| = 80 that alone moves the value by ~78 u, far past the 16 u
 //! the bound allowed for the evaluation before session 33; and where exp overflows (argument above ~88.7)
-//! the kernel's value is 0. Both must be inside the bound.
+//! the kernel's value is 0. Both must be inside the bound. The GPU checks' bound on the stored dH
+//! (`backward_stored_bf16`: the kernel's own dA error carried through, then bf16 storage) is checked the same way.
 
 use moe_reference::act;
 use moe_reference::config::Activation;
@@ -84,8 +85,10 @@ fn bf16_gates() -> impl Iterator<Item = f32> {
     (0u32..=0xffff).map(|b| f32::from_bits(b << 16)).filter(|g| g.abs() <= 2f32.powi(64))
 }
 
-const UPS: [f32; 6] = [1.0, -0.375, 3.25, -6.5, 7.0, 9.5];
-const DAS: [f32; 2] = [1.0, -0.8125];
+// (the large u and dA check that f32's underflow near subnormal products stays inside the absolute floors
+// when later factors scale it up)
+const UPS: [f32; 7] = [1.0, -0.375, 3.25, -6.5, 7.0, 9.5, 1048576.0];
+const DAS: [f32; 3] = [1.0, -0.8125, 1.0e9];
 
 fn cases() -> [Case; 2] {
     // gpt-oss's clamped SwiGLU: α = 1.702, limit 7 (the kernel gets both as f32)
@@ -120,33 +123,43 @@ fn forward_bound_covers_an_f32_kernel_for_every_bf16_gate() {
     }
 }
 
+/// Every `(dg, du)` the modelled kernel may return for `g`, `u` and the f32 `d` it multiplies by, each with
+/// the exp and reciprocal it chose (for messages).
+fn kernel_backwards(c: &Case, g: f32, u: f32, d: f32) -> Vec<(f32, f32, f32, f32)> {
+    let (x, gc) = c.arg(g);
+    let mut out = Vec::new();
+    for e in expf_values(x) {
+        for s in rcp_values(1.0 + e) {
+            // dg's sigmoid-derivative factor, s·(1 + z·(1 − s)), either way of rounding its sum
+            let z = if c.clamped() { c.alpha * gc } else { g };
+            for t in one_plus(z, 1.0 - s) {
+                let dglu = s * t;
+                let (dg, du) = if c.clamped() {
+                    let uc = u.clamp(-c.limit, c.limit);
+                    (if g > c.limit { 0.0 } else { d * (uc + 1.0) * dglu }, if u.abs() > c.limit { 0.0 } else { d * (gc * s) })
+                } else {
+                    (d * u * dglu, d * (g * s))
+                };
+                out.push((dg, du, e, s));
+            }
+        }
+    }
+    out
+}
+
 #[test]
 fn backward_bound_covers_an_f32_kernel_for_every_bf16_gate() {
     for c in cases() {
         let (mut worst_g, mut worst_u) = (Worst::default(), Worst::default());
         for g in bf16_gates() {
-            let (x, gc) = c.arg(g);
-            for e in expf_values(x) {
-                for s in rcp_values(1.0 + e) {
-                    // dg's sigmoid-derivative factor, s·(1 + z·(1 − s)), either way of rounding its sum
-                    let z = if c.clamped() { c.alpha * gc } else { g };
-                    for t in one_plus(z, 1.0 - s) {
-                        let dglu = s * t;
-                        for u in UPS {
-                            for d in DAS {
-                                let ((_, bg), (_, bu)) = act_bound::backward(c.act, g as f64, 0.0, u as f64, 0.0, d as f64, 0.0);
-                                let (eg, eu) = act::backward(c.act, g as f64, u as f64, d as f64);
-                                let (dg, du) = if c.clamped() {
-                                    let uc = u.clamp(-c.limit, c.limit);
-                                    (if g > c.limit { 0.0 } else { d * (uc + 1.0) * dglu }, if u.abs() > c.limit { 0.0 } else { d * (gc * s) })
-                                } else {
-                                    (d * u * dglu, d * (g * s))
-                                };
-                                let at = || format!("g {g:e} u {u} d {d} exp {e:e} rcp {s:e}");
-                                worst_g.see(dg, eg, bg, || format!("dg at {}: {dg:e} against {eg:e}, bound {bg:e}", at()));
-                                worst_u.see(du, eu, bu, || format!("du at {}: {du:e} against {eu:e}, bound {bu:e}", at()));
-                            }
-                        }
+            for u in UPS {
+                for d in DAS {
+                    let ((_, bg), (_, bu)) = act_bound::backward(c.act, g as f64, 0.0, u as f64, 0.0, d as f64, 0.0);
+                    let (eg, eu) = act::backward(c.act, g as f64, u as f64, d as f64);
+                    for (dg, du, e, s) in kernel_backwards(&c, g, u, d) {
+                        let at = || format!("g {g:e} u {u} d {d:e} exp {e:e} rcp {s:e}");
+                        worst_g.see(dg, eg, bg, || format!("dg at {}: {dg:e} against {eg:e}, bound {bg:e}", at()));
+                        worst_u.see(du, eu, bu, || format!("du at {}: {du:e} against {eu:e}, bound {bu:e}", at()));
                     }
                 }
             }
@@ -155,6 +168,47 @@ fn backward_bound_covers_an_f32_kernel_for_every_bf16_gate() {
             eprintln!("{:?} backward {what}: worst error/bound {:.3} at {}", c.act, w.ratio, w.at);
             assert!(w.ratio <= 1.0, "{:?}: the backward's f32 {what} exceeds its bound by {:.2}x at {}", c.act, w.ratio, w.at);
         }
+    }
+}
+
+/// dA as a GPU check sees it: the kernel multiplies by an f32 `d` off the exact dA by up to a few bf16 units
+/// (the dot's error and dA_raw's bf16 rounding, times the routing weight), and stores dg, du in bf16.
+const DA_ERRORS: [f64; 3] = [0.0, 1.0 / 256.0, -3.0 / 512.0];
+
+fn bf16_round(x: f32) -> f64 {
+    half::bf16::from_f32(x).to_f64()
+}
+
+/// The bound both GPU checks apply to the stored dH (`backward_stored_bf16`), with the kernel's dA error
+/// carried as `bda`, holds for the modelled kernel for every bf16 gate; and passing `bda` = 0 instead fails
+/// (so the test sees the dA error).
+#[test]
+fn stored_backward_bound_covers_a_kernel_with_its_own_da_error() {
+    for c in cases() {
+        let (mut worst, mut worst_without) = (Worst::default(), Worst::default());
+        for g in bf16_gates() {
+            for u in UPS {
+                for da in DAS {
+                    for rel in DA_ERRORS {
+                        let d = (da as f64 * (1.0 + rel)) as f32;
+                        let bda = (d as f64 - da as f64).abs();
+                        let ((eg, bg), (eu, bu)) = act_bound::backward_stored_bf16(c.act, g as f64, u as f64, da as f64, bda);
+                        let ((_, bg0), (_, bu0)) = act_bound::backward_stored_bf16(c.act, g as f64, u as f64, da as f64, 0.0);
+                        for (dg, du, e, s) in kernel_backwards(&c, g, u, d) {
+                            let at = || format!("g {g:e} u {u} d {d:e} exp {e:e} rcp {s:e}");
+                            let (sg, su) = (bf16_round(dg), bf16_round(du));
+                            worst.see(sg as f32, eg, bg, || format!("dg at {}: {sg:e} against {eg:e}, bound {bg:e}", at()));
+                            worst.see(su as f32, eu, bu, || format!("du at {}: {su:e} against {eu:e}, bound {bu:e}", at()));
+                            worst_without.see(sg as f32, eg, bg0, String::new);
+                            worst_without.see(su as f32, eu, bu0, String::new);
+                        }
+                    }
+                }
+            }
+        }
+        eprintln!("{:?} stored backward: worst error/bound {:.3} at {} (without dA's error: {:.1})", c.act, worst.ratio, worst.at, worst_without.ratio);
+        assert!(worst.ratio <= 1.0, "{:?}: the stored dH exceeds its bound by {:.2}x at {}", c.act, worst.ratio, worst.at);
+        assert!(worst_without.ratio > 1.0, "{:?}: dA's error is not visible to the test", c.act);
     }
 }
 

@@ -12,12 +12,12 @@
 //! 0.66·16·u per instruction's worth of terms: inside γ_K·Σ|a·b| for the whole chain. Storage in bf16 adds
 //! one rounding (u_bf16 = 2^-8) of the value plus half its smallest subnormal. SwiGLU's forward is bounded by
 //! `moe_reference::emulate::act_bound` (a few f32 operations around one `expf`, the clamped variant's
-//! argument rounded in f32, the sigmoid vanishing where exp overflows: `reference/tests/act_f32_eval.rs`); its
-//! backward by 32 u of a scale that grows with |α·g| (the cancellation in 1 + g(1 − σ)), as in `crate::check`.
+//! argument rounded in f32, the sigmoid vanishing where exp overflows: `reference/tests/act_f32_eval.rs`), and
+//! so is its backward, with dA's own error (its dot, its bf16 rounding, the product w·dA_raw) carried through.
 
 use moe_reference::config::Activation;
 use moe_reference::emulate::act_bound;
-use moe_reference::{act, exact};
+use moe_reference::exact;
 
 use super::{FastDims, FastTrace};
 
@@ -99,10 +99,6 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
     let dy = |t: usize, c_: usize| bf(c.dy[t * hd + c_]);
     let w13 = |e: usize, n: usize, c_: usize| bf(c.w13[(e * 2 * id + n) * hd + c_]);
     let w2 = |e: usize, n: usize, q: usize| bf(c.w2[(e * hd + n) * id + q]);
-    let alpha_max = match c.act {
-        Activation::Swiglu => 1.0,
-        Activation::SwigluClamped { alpha, .. } => alpha.max(1.0),
-    };
 
     // per token: its rows' stages, then y and grad.x
     let token_check = |t: usize| -> Result<(f64, usize), String> {
@@ -144,14 +140,8 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
                 let acc_err = gamma(hd) * pq * (1.0 + 1e-12) + (hd as f64 + 1.0) * 2f64.powi(-150);
                 let d_err = acc_err + UBF * (dq.abs() + acc_err) + 2f64.powi(-134);
                 let delta = w.abs() * d_err + U32 * w.abs() * (dq.abs() + d_err) + 2f64.powi(-149);
-                let (gv, uv) = (h(q), h(id + q));
-                let (gg, gu) = act::backward(c.act, gv, uv, 1.0);
-                let (dg, du) = act::backward(c.act, gv, uv, w * dq);
-                let da_mag = (w * dq).abs() + delta;
-                let scale = da_mag * ((uv.abs() + 1.0) * (1.0 + alpha_max * gv.abs()) + gv.abs());
-                for (stage, got, exact_v, gslope) in [("bwd.dh gate", bf(tr.dh[r * 2 * id + q]), dg, gg), ("bwd.dh up", bf(tr.dh[r * 2 * id + id + q]), du, gu)] {
-                    let prop = gslope.abs() * delta;
-                    let bound = prop + (UBF + 32.0 * U32) * (exact_v.abs() + prop) + 32.0 * U32 * scale * (1.0 + UBF) + 2f64.powi(-133);
+                let ((dg, bg), (du, bu)) = act_bound::backward_stored_bf16(c.act, h(q), h(id + q), w * dq, delta);
+                for (stage, got, exact_v, bound) in [("bwd.dh gate", bf(tr.dh[r * 2 * id + q]), dg, bg), ("bwd.dh up", bf(tr.dh[r * 2 * id + id + q]), du, bu)] {
                     worst = worst.max(within(stage, &|| format!("row {r} col {q}"), got, exact_v, bound)?);
                 }
             }
@@ -268,6 +258,7 @@ mod tests {
     //! The checker must pass a trace that is each stage's exact value rounded once to its storage, and must
     //! fail when any one stage is off by a few units in its last place. Runs without a GPU.
     use super::*;
+    use moe_reference::act;
     use moe_reference::dispatch::RowMap;
 
     fn b(v: f64) -> u16 {

@@ -80,10 +80,26 @@ fn vanish_glu(act_: Activation) -> f64 {
 /// stored in bf16 (its rounding, 2^-8 relative, plus half bf16's smallest subnormal): what a GPU check that
 /// recomputes A from the kernel's own stored H allows.
 pub fn forward_stored_bf16(act_: Activation, g: f64, u: f64) -> (f64, f64) {
-    const UBF: f64 = 1.0 / 256.0;
     let exact = act::forward(act_, g, u);
     let (_, eval) = forward(act_, g, 0.0, u, 0.0);
-    (exact, UBF * exact.abs() + (1.0 + UBF) * eval + 2f64.powi(-134))
+    (exact, stored_bf16(exact, eval))
+}
+
+/// The exact `(dg, du)` at exact inputs `g`, `u`, `da`, and the bounds on a kernel's, evaluated in f32 from
+/// `g`, `u` and a `da` within `bda` of the exact one, and stored in bf16: what a GPU check that recomputes the
+/// SwiGLU backward from the kernel's own stored H allows (`bda` carries the kernel's own dA error, 0 where
+/// the check reads the kernel's stored dA).
+pub fn backward_stored_bf16(act_: Activation, g: f64, u: f64, da: f64, bda: f64) -> ((f64, f64), (f64, f64)) {
+    let (eg, eu) = act::backward(act_, g, u, da);
+    let ((_, bg), (_, bu)) = backward(act_, g, 0.0, u, 0.0, da, bda);
+    ((eg, stored_bf16(eg, bg)), (eu, stored_bf16(eu, bu)))
+}
+
+/// A value's bound `b` (before storage) grown by its bf16 rounding: 2^-8 of its magnitude (at most
+/// |exact| + b), plus half bf16's smallest subnormal.
+fn stored_bf16(exact: f64, b: f64) -> f64 {
+    const UBF: f64 = 1.0 / 256.0;
+    b + UBF * (exact.abs() + b) + 2f64.powi(-134)
 }
 
 /// Emulated `a` (before storage) and its bound (before storage), from `g`, `u` with bounds.
