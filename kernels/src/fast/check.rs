@@ -396,6 +396,46 @@ mod tests {
         assert!(check(&case, &bad, &scope).is_err(), "a wrong row order must fail");
     }
 
+    /// `dots`' bound (γ_K·Σ|a·b| for the accumulation, then one rounding to the storage) holds for Hopper's
+    /// bf16 tensor-core accumulation as `moe_reference::accum` models it (per 16-product instruction, every
+    /// term truncated to 25 fraction bits below the largest, the sum truncated to f32: the module doc's
+    /// argument), on random bf16 operands with wide exponents and cancellation, at the K of the layer's GEMMs.
+    /// And it is not vacuous: a chain built to lose the most (one large first term, then terms just below
+    /// the truncation) errs by more than 1/8 of it.
+    #[test]
+    fn the_dot_bound_covers_tensor_core_accumulation() {
+        use moe_reference::accum::{dot, Model, TensorCore};
+        let model = Model::TensorCore(TensorCore::HOPPER_BF16);
+        let at = || String::new();
+        let mut g = crate::check::Gen(0x5DEECE66D);
+        let mut bf16 = |g: &mut crate::check::Gen| {
+            let (sign, exp, mant) = (g.next() & 1, (g.next() % 25) as i32 - 20, (g.next() % 128) as f64);
+            half::bf16::from_f64((1.0 + mant / 128.0) * 2f64.powi(exp) * if sign == 1 { -1.0 } else { 1.0 }).to_f64()
+        };
+        let mut worst = 0.0f64;
+        for k in [1usize, 15, 16, 17, 100, 768, 2048, 3072] {
+            for _ in 0..(24_576 / k).clamp(4, 200) {
+                let a: Vec<f64> = (0..k).map(|_| bf16(&mut g)).collect();
+                let b: Vec<f64> = (0..k).map(|_| bf16(&mut g)).collect();
+                let pairs: Vec<(f64, f64)> = a.iter().copied().zip(b.iter().copied()).collect();
+                let tc = dot(&model, &a, &b, None);
+                worst = worst.max(dots("f32", &at, tc, &pairs, 0.0).unwrap_or_else(|e| panic!("K {k}: {e}")));
+                let stored = half::bf16::from_f64(tc).to_f64();
+                dots("bf16", &at, stored, &pairs, UBF).unwrap_or_else(|e| panic!("K {k}: {e}"));
+            }
+        }
+        eprintln!("random operands: worst error/bound {worst:.3}");
+        // 1, then 4095 products of 1.5·2^-25: each instruction keeps 2^-25 of each (25 fraction bits below
+        // the running sum's exponent 0) and loses 2^-26, 2^-14 in all, against γ_4096 ≈ 2^-12
+        let k = 4096;
+        let a: Vec<f64> = (0..k).map(|i| if i == 0 { 1.0 } else { 1.5 * 2f64.powi(-12) }).collect();
+        let b: Vec<f64> = (0..k).map(|i| if i == 0 { 1.0 } else { 2f64.powi(-13) }).collect();
+        let pairs: Vec<(f64, f64)> = a.iter().copied().zip(b.iter().copied()).collect();
+        let ratio = dots("f32", &at, dot(&model, &a, &b, None), &pairs, 0.0).expect("inside the bound");
+        eprintln!("the truncating chain: error/bound {ratio:.3}");
+        assert!(ratio > 0.125, "the truncating chain errs by only {ratio:.3} of the bound");
+    }
+
     fn clone_trace(t: &FastTrace) -> FastTrace {
         FastTrace {
             row_token: t.row_token.clone(),
