@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 33, fourth call: the GPU tests again after the SwiGLU bounds changed (2b58265: `act_bound` now covers
+# Session 33, fourth call (run in session 34 as calls s33d and s34a, the second after the dH bound change): the
+# GPU tests again after the SwiGLU bounds changed (2b58265: `act_bound` now covers
 # an f32 kernel's evaluation, and both GPU checks use it for A; the kernels are unchanged): every gpu_fast test
 # and the layer tests; on an H200 then the burst rounds of both presets. Stage first; carry [".gpu"];
 # ~3 minutes (~5 on an H200).
