@@ -87,7 +87,8 @@ fn bf16_gates() -> impl Iterator<Item = f32> {
 
 // (the large u and dA check that f32's underflow near subnormal products stays inside the absolute floors
 // when later factors scale it up)
-const UPS: [f32; 7] = [1.0, -0.375, 3.25, -6.5, 7.0, 9.5, 1048576.0];
+// (−1 and −0.984375: the clamped variant's factor u + 1 vanishes or nearly, so dg's bound must not lean on |u| + 1)
+const UPS: [f32; 9] = [1.0, -0.375, 3.25, -6.5, 7.0, 9.5, 1048576.0, -1.0, -0.984375];
 const DAS: [f32; 3] = [1.0, -0.8125, 1.0e9];
 
 fn cases() -> [Case; 2] {
@@ -209,6 +210,18 @@ fn stored_backward_bound_covers_a_kernel_with_its_own_da_error() {
         eprintln!("{:?} stored backward: worst error/bound {:.3} at {} (without dA's error: {:.1})", c.act, worst.ratio, worst.at, worst_without.ratio);
         assert!(worst.ratio <= 1.0, "{:?}: the stored dH exceeds its bound by {:.2}x at {}", c.act, worst.ratio, worst.at);
         assert!(worst_without.ratio > 1.0, "{:?}: dA's error is not visible to the test", c.act);
+    }
+}
+
+#[test]
+fn the_clamped_gate_gradient_bound_follows_u_plus_one() {
+    // at u = −1 the clamped dg is 0 for any dA, so its bound must not grow with dA's error: before session 34
+    // the factor's magnitude was |u| + 1 = 2, and a dA known to 2^-8 gave dg a bound of ~2^-8·|dA|·σ'
+    let c = &cases()[1];
+    for g in [-3.0, 0.5, 2.0] {
+        let ((dg, bg), _) = act_bound::backward_stored_bf16(c.act, g, -1.0, 1.0, 1.0 / 256.0);
+        assert_eq!(dg, 0.0);
+        assert!(bg < 1e-30, "g {g}: dg's bound {bg:e} at u = -1");
     }
 }
 

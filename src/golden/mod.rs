@@ -37,7 +37,7 @@ pub use recipe::Recipe;
 // 2: emulated results and bounds for low-precision recipes; 3 (session 33): SwiGLU's bounds cover its f32
 // evaluation as kernels do it (the clamped argument's rounding, exp's overflow, the sigmoid's error in the
 // backward), and so do the routing weights' (`emulate::route_bound`)
-pub const GENERATOR: &str = "moe-oracle golden 3";
+pub const GENERATOR: &str = "moe-oracle golden 4";
 
 /// Arguments of `moe-oracle golden`.
 #[derive(Clone, Debug, Args)]

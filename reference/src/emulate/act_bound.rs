@@ -123,12 +123,20 @@ fn forward_n(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, evals: f64) -> 
         Activation::SwigluClamped { alpha, limit } => {
             let gc = g.min(limit);
             let glu = (gc * act::sigmoid(alpha * gc)).abs();
-            [(glu + L1 * bg, L1 * bg), (mu.min(limit) + 1.0, bu)]
+            [(glu + L1 * bg, L1 * bg), up_factor(u, bu, limit)]
         }
     };
     let vanished = if vanish { vanish_glu(act_) * prod_mag(&factors[1..]) } else { 0.0 };
     let b = product_bound(&factors) + evals * EVAL_FWD * prod_mag(&factors) + evals * 4.0 * 2f64.powi(-149) + vanished;
     (v, b)
+}
+
+/// The clamped variant's up factor uc + 1 (uc = u clamped to ±limit) as `(magnitude, error)` for a kernel's u
+/// within `bu` of `u`: the clamp is 1-Lipschitz, so the kernel's factor is within `bu` of |uc + 1|, and it is
+/// at most limit + 1. (Session 34: the magnitude was min(|u| + bu, limit) + 1, up to 1000x the factor for u
+/// near −1, which loosened dg's bound there by as much.)
+fn up_factor(u: f64, bu: f64, limit: f64) -> (f64, f64) {
+    (((u.clamp(-limit, limit) + 1.0).abs() + bu).min(limit + 1.0), bu)
 }
 
 /// Whether the kernel's and the exact input may lie on different sides of a clamp at `limit` (the kernel
@@ -181,7 +189,7 @@ fn backward_n(act_: Activation, g: f64, bg: f64, u: f64, bu: f64, da: f64, bda: 
             let ig = ind(g <= limit, straddles(g, straddle_bg, limit));
             let iu = ind(u.abs() <= limit, straddles(u.abs(), bu, limit));
             (
-                vec![ig, d, (mu.min(limit) + 1.0, bu), (dglu + L2 * alpha * bg + s_eval, L2 * alpha * bg + s_eval)],
+                vec![ig, d, up_factor(u, bu, limit), (dglu + L2 * alpha * bg + s_eval, L2 * alpha * bg + s_eval)],
                 vec![iu, d, (glu + L1 * bg, L1 * bg)],
             )
         }
