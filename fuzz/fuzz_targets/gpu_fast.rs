@@ -1,13 +1,15 @@
 //! Arbitrary bytes -> a case for the fast fused kernels (shape with H and I multiples of 8 up to a few tiles,
 //! seed of the bf16 values, fraction of -1 slots, either SwiGLU, engine) -> `FastLayer` forward and backward
-//! -> the stage checker (`fast::check`) against the exact oracle on every token and every weight-gradient
-//! entry, and a second run on NaN-poisoned buffers that must be bitwise the first. A bound violation, a
+//! -> the stage checker (`fast::check`) against the exact oracle on every token and a sample of 4096
+//! weight-gradient entries, and a second run on NaN-poisoned buffers that must be bitwise the first. A bound violation, a
 //! difference between the runs, an element left unwritten or a kernel fault is a crash. Without a GPU every
 //! input is a no-op.
 //!
 //!     cargo +nightly fuzz build gpu_fast --release      (here), then on the GPU machine:
 //!     ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 REQUIRE_GPU=1 \
-//!         fuzz/target/x86_64-unknown-linux-gnu/release/gpu_fast -max_total_time=120 corpus_dir
+//!         fuzz/target/x86_64-unknown-linux-gnu/release/gpu_fast -max_total_time=120 -max_len=16 -len_control=0 corpus_dir
+//! (`-len_control=0`: at libFuzzer's default the inputs stay a few bytes long for minutes, every later byte
+//! reads 0, and every run is plain SwiGLU with k = 1 on one engine)
 //! (the CUDA driver needs ASan's shadow gap unprotected; the driver's one-time allocations read as leaks).
 #![no_main]
 
@@ -57,7 +59,11 @@ fuzz_target!(|data: &[u8]| {
     if let Some((name, i)) = first.first_difference(&run(true)) {
         panic!("{what}: {name} differs between two runs at {i} (not deterministic, or an element left unwritten)");
     }
-    let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads: 2 };
+    // Every token, and 4096 sampled weight-gradient entries (plus every entry of an empty expert): checking all
+    // of them on the CPU made an input of a few hundred tokens take tens of seconds (s34b-s34c: 0.05-1 inputs
+    // a second); the gpu_fast tests check every entry of their shapes. All the machine's cores.
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let scope = Scope { tokens: (0..t).collect(), wgrad_samples: Some(4096), threads };
     if let Err(msg) = check(&case.host(), &first, &scope) {
         panic!("{what}: {msg}");
     }
