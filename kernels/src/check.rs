@@ -70,7 +70,7 @@ pub fn check_dots(stage: &str, got: f32, pairs: &[(f64, f64)]) -> f64 {
 
 /// The same with the storage's unit roundoff given (0 for results kept in f32).
 pub fn check_dots_stored(stage: &str, got: f32, pairs: &[(f64, f64)], storage: f64) -> f64 {
-    let exact = exact::dot(pairs.iter().copied());
+    let exact = exact::dot_certified(pairs);
     let abs: f64 = pairs.iter().map(|(a, b)| (a * b).abs()).sum();
     // Relative terms, plus what underflow adds in absolute terms (found by the fuzz target): each f32
     // operation in the subnormal range may err by half of 2^-149, and bf16 storage by half of 2^-133.

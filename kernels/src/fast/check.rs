@@ -62,7 +62,7 @@ pub fn gamma(k: usize) -> f64 {
 /// `got` against the exact `Σ a·b`: γ_K·Σ|a·b| (f32 accumulation), underflow terms, then one rounding to the
 /// storage (`storage` = its unit roundoff; 0 for f32 results). Returns error/bound.
 fn dots(stage: &str, at: &dyn Fn() -> String, got: f64, pairs: &[(f64, f64)], storage: f64) -> Result<f64, String> {
-    let exact = exact::dot(pairs.iter().copied());
+    let exact = exact::dot_certified(pairs);
     let abs: f64 = pairs.iter().map(|(a, b)| (a * b).abs()).sum();
     let acc = gamma(pairs.len()) * abs * (1.0 + 1e-12) + (pairs.len() as f64 + 1.0) * 2f64.powi(-150);
     let underflow = if storage > 0.0 { 2f64.powi(-134) } else { 0.0 };
@@ -134,7 +134,7 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
             let mut s2 = 0.0f64;
             for q in 0..id {
                 let pairs: Vec<(f64, f64)> = (0..hd).map(|k| (dy(t, k), w2(e, k, q))).collect();
-                let dq = exact::dot(pairs.iter().copied());
+                let dq = exact::dot_certified(&pairs);
                 let pq: f64 = pairs.iter().map(|(p, v)| (p * v).abs()).sum();
                 s2 += a(q).abs() * pq;
                 let acc_err = gamma(hd) * pq * (1.0 + 1e-12) + (hd as f64 + 1.0) * 2f64.powi(-150);
@@ -151,7 +151,7 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
             // rounding, |D_q| being at most that sum) plus bf16's underflow.
             {
                 let pairs: Vec<(f64, f64)> = (0..id).flat_map(|q| (0..hd).map(move |k| (q, k))).map(|(q, k)| (dy(t, k) * w2(e, k, q), a(q))).collect();
-                let exact_ds = exact::dot(pairs.iter().copied());
+                let exact_ds = exact::dot_certified(&pairs);
                 let gi = gamma(id + 16);
                 let g1 = gamma(hd) + UBF * (1.0 + gamma(hd));
                 let a_sum: f64 = (0..id).map(|q| a(q).abs()).sum();
@@ -408,7 +408,7 @@ mod tests {
         let model = Model::TensorCore(TensorCore::HOPPER_BF16);
         let at = || String::new();
         let mut g = crate::check::Gen(0x5DEECE66D);
-        let mut bf16 = |g: &mut crate::check::Gen| {
+        let bf16 = |g: &mut crate::check::Gen| {
             let (sign, exp, mant) = (g.next() & 1, (g.next() % 25) as i32 - 20, (g.next() % 128) as f64);
             half::bf16::from_f64((1.0 + mant / 128.0) * 2f64.powi(exp) * if sign == 1 { -1.0 } else { 1.0 }).to_f64()
         };

@@ -164,6 +164,23 @@ pub(crate) fn dot_slices(a: &[f64], b: &[f64]) -> Option<f64> {
     finish(&lanes, a.len())
 }
 
+/// [`dot_slices`] for a slice of pairs.
+pub(crate) fn dot_pairs(pairs: &[(f64, f64)]) -> Option<f64> {
+    const L: usize = 4;
+    let mut lanes = [Lane::default(); L];
+    let chunks = pairs.chunks_exact(L);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for l in 0..L {
+            lanes[l].add(c[l].0, c[l].1);
+        }
+    }
+    for (l, &(x, y)) in rest.iter().enumerate() {
+        lanes[l].add(x, y);
+    }
+    finish(&lanes, pairs.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,6 +236,10 @@ mod tests {
             if let Some(v) = dot_slices(&a, &b) {
                 prop_assert_eq!(v.to_bits(), exact.to_bits());
             }
+            if let Some(v) = dot_pairs(&pairs) {
+                prop_assert_eq!(v.to_bits(), exact.to_bits());
+            }
+            prop_assert_eq!(crate::exact::dot_certified(&pairs).to_bits(), exact.to_bits());
             // terms and products mixed, through the Accumulate interface
             let (adds, prods) = pairs.split_at(pairs.len() / 2);
             let mut cert = Certifier::default();
@@ -241,6 +262,10 @@ mod tests {
             if let Some(v) = dot_slices(&a, &b) {
                 prop_assert_eq!(v.to_bits(), exact.to_bits(), "near tie {:?}", tie);
             }
+            if let Some(v) = dot_pairs(&tie) {
+                prop_assert_eq!(v.to_bits(), exact.to_bits(), "near tie {:?}", tie);
+            }
+            prop_assert_eq!(crate::exact::dot_certified(&tie).to_bits(), exact.to_bits(), "near tie {:?}", tie);
         }
     }
 
