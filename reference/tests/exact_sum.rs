@@ -107,6 +107,15 @@ proptest! {
     }
 
     #[test]
+    fn dot_certified_is_correctly_rounded(ps in prop::collection::vec((moderate_f64(), moderate_f64()), 0..60)) {
+        let mut truth = BigRational::zero();
+        for &(a, b) in &ps { truth += rat(a) * rat(b); }
+        let r = exact::dot_certified(&ps);
+        prop_assert!(is_correctly_rounded(&truth, r), "dot of {:?} gave {:e}", ps, r);
+        prop_assert_eq!(r.to_bits(), exact::dot(ps.iter().copied()).to_bits());
+    }
+
+    #[test]
     fn small_dot_matches_dot(ps in prop::collection::vec((moderate_f64(), moderate_f64()), 0..20)) {
         let a = exact::small_dot(ps.iter().copied());
         let b = exact::dot(ps.iter().copied());
@@ -186,3 +195,32 @@ fn huge_terms_spill_and_stay_exact() {
     assert!(is_correctly_rounded(&truth, small.round()), "{:e}", small.round());
     assert_eq!(small.round().to_bits(), exact::sum(xs.iter().copied()).to_bits());
 }
+
+/// How much the certified path saves on the GPU checks' dots (bf16 values, 128-4096 terms): prints the time
+/// per term of `exact::dot` and `exact::dot_certified` and asserts the same bits. Run with
+/// `cargo test --release -p moe-reference --test exact_sum -- --ignored --nocapture certified_speed`.
+#[test]
+#[ignore]
+fn certified_speed() {
+    let mut s = 0x2545F4914F6CDD1Du64;
+    let mut bf16 = |scale: f64| {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        let v = ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale;
+        f64::from_bits(v.to_bits() & !((1u64 << 45) - 1)) // 8 significant bits, truncated: a bf16 value
+    };
+    for k in [128usize, 768, 2048, 4096] {
+        let sets: Vec<Vec<(f64, f64)>> = (0..200).map(|_| (0..k).map(|_| (bf16(1.0), bf16(0.02))).collect()).collect();
+        let t = std::time::Instant::now();
+        let slow: Vec<f64> = sets.iter().map(|p| exact::dot(p.iter().copied())).collect();
+        let t_slow = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let fast: Vec<f64> = sets.iter().map(|p| exact::dot_certified(p)).collect();
+        let t_fast = t.elapsed().as_secs_f64();
+        assert!(slow.iter().zip(&fast).all(|(a, b)| a.to_bits() == b.to_bits()));
+        let per = |t: f64| t * 1e9 / (200 * k) as f64;
+        println!("K {k}: exact::dot {:.1} ns a term, dot_certified {:.1} ({:.1}x)", per(t_slow), per(t_fast), t_slow / t_fast);
+    }
+}
+
