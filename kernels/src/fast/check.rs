@@ -79,6 +79,18 @@ fn within(stage: &str, at: &dyn Fn() -> String, got: f64, exact: f64, bound: f64
     }
 }
 
+/// The bound on a slot's routing-weight gradient Σ_q A_q·D_q as the kernels form it, D_q = dA_raw_q the dot
+/// Σ_c dY_c·W2_cq accumulated in f32 over `hd` terms and rounded to bf16, then summed with A over the `id`
+/// columns by a chain (or tree) of at most I + 16 f32 additions. `s2` = Σ_q |A_q|·Σ_c |dY_c·W2_cq|, `a_sum`
+/// = Σ_q |A_q|. Each D_q errs by at most g1·Σ_c|dY_c·W2_cq| (g1: the dot's γ and the bf16 rounding, |D_q|
+/// being at most that sum) plus bf16's underflow. `with_da_rounding` false drops dA_raw's error (only for the
+/// test that shows it is needed).
+fn slot_grad_bound(s2: f64, a_sum: f64, hd: usize, id: usize, with_da_rounding: bool) -> f64 {
+    let gi = gamma(id + 16);
+    let g1 = if with_da_rounding { gamma(hd) + UBF * (1.0 + gamma(hd)) } else { 0.0 };
+    (g1 * (1.0 + gi) + gi) * (1.0 + g1) * s2 * (1.0 + 1e-12) + (hd * id) as f64 * 2f64.powi(-149) + a_sum * 2f64.powi(-133)
+}
+
 /// Check the trace of one forward + backward. Err holds the first violation, with stage and element.
 pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, String> {
     let FastDims { tokens: t_n, hidden: hd, inter: id, experts: e_n, top_k: kk } = c.dims;
@@ -145,17 +157,13 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
                     worst = worst.max(within(stage, &|| format!("row {r} col {q}"), got, exact_v, bound)?);
                 }
             }
-            // grad.topk_weights = <dY, o> with o = A·W2ᵀ exactly: Σ_q A_q·Σ_c dY_c·W2_cq, as the kernel
-            // computes it (f32 dots rounded to bf16, dA_raw, then a chain of at most I + 16 f32 additions over
-            // the columns): each dA_raw_q errs by at most g1·Σ_c|dY_c·W2_cq| (g1: the dot's γ and the bf16
-            // rounding, |D_q| being at most that sum) plus bf16's underflow.
+            // grad.topk_weights = <dY, o> with o = A·W2ᵀ exactly: Σ_q A_q·Σ_c dY_c·W2_cq, bounded as the
+            // kernel computes it (`slot_grad_bound`)
             {
                 let pairs: Vec<(f64, f64)> = (0..id).flat_map(|q| (0..hd).map(move |k| (q, k))).map(|(q, k)| (dy(t, k) * w2(e, k, q), a(q))).collect();
                 let exact_ds = exact::dot_certified(&pairs);
-                let gi = gamma(id + 16);
-                let g1 = gamma(hd) + UBF * (1.0 + gamma(hd));
                 let a_sum: f64 = (0..id).map(|q| a(q).abs()).sum();
-                let bound = (g1 * (1.0 + gi) + gi) * (1.0 + g1) * s2 * (1.0 + 1e-12) + (hd * id) as f64 * 2f64.powi(-149) + a_sum * 2f64.powi(-133);
+                let bound = slot_grad_bound(s2, a_sum, hd, id, true);
                 let got = tr.grad_topk_weights[t * kk + j] as f64;
                 worst = worst.max(within("grad.topk_weights", &|| format!("[{t}, {j}]"), got, exact_ds, bound)?);
             }
@@ -434,6 +442,63 @@ mod tests {
         let ratio = dots("f32", &at, dot(&model, &a, &b, None), &pairs, 0.0).expect("inside the bound");
         eprintln!("the truncating chain: error/bound {ratio:.3}");
         assert!(ratio > 0.125, "the truncating chain errs by only {ratio:.3} of the bound");
+    }
+
+    /// `slot_grad_bound` holds for the default engine's slot gradient as modelled here: dA_raw by the Hopper
+    /// bf16 tensor-core model over H and rounded to bf16, then `fc_swiglu_bwd_rows`' sum (each of 32 lanes an
+    /// fma chain over its columns 8·lane + 256·j + i in order, then a butterfly of xor-shuffles), on random
+    /// operands with cancellation at the 30b shape's I and a shorter H, and with A signed so that dA_raw's
+    /// rounding errors add up. That rounding is what the bound must carry: without its term those sums
+    /// exceed it.
+    #[test]
+    fn the_slot_gradient_bound_covers_the_row_kernel() {
+        use moe_reference::accum::{dot, Model, TensorCore};
+        let model = Model::TensorCore(TensorCore::HOPPER_BF16);
+        let (hd, id) = (256, 768);
+        let mut g = crate::check::Gen(0xA5A5_1234);
+        let (mut worst, mut worst_without) = (0.0f64, 0.0f64);
+        for trial in 0..6 {
+            let dy: Vec<f64> = (0..hd).map(|_| g.bf16(1.0)).collect();
+            let w2: Vec<Vec<f64>> = (0..id).map(|_| (0..hd).map(|_| g.bf16(0.05)).collect()).collect(); // [q][c]
+            let da: Vec<f32> = w2.iter().map(|col| half::bf16::from_f64(dot(&model, &dy, col, None)).to_f32()).collect();
+            // even trials: A at random; odd ones: each A_q signed as dA_raw_q's error, so that the errors add up
+            let a: Vec<f64> = (0..id)
+                .map(|q| {
+                    let v = g.bf16(if trial % 4 < 2 { 1.0 } else { 1e-3 });
+                    if trial % 2 == 0 {
+                        v
+                    } else {
+                        let err = da[q] as f64 - exact::dot(dy.iter().copied().zip(w2[q].iter().copied()));
+                        v.abs() * err.signum()
+                    }
+                })
+                .collect();
+            let mut lanes = [0.0f32; 32];
+            for (lane, acc) in lanes.iter_mut().enumerate() {
+                for q0 in (8 * lane..id).step_by(256) {
+                    for q in q0..q0 + 8 {
+                        *acc = da[q].mul_add(a[q] as f32, *acc);
+                    }
+                }
+            }
+            for o in [16, 8, 4, 2, 1] {
+                let prev = lanes;
+                for (l, v) in lanes.iter_mut().enumerate() {
+                    *v = prev[l] + prev[l ^ o];
+                }
+            }
+            let got = lanes[0] as f64;
+            let pairs: Vec<(f64, f64)> = (0..id).flat_map(|q| (0..hd).map(move |c| (q, c))).map(|(q, c)| (dy[c] * w2[q][c], a[q])).collect();
+            let exact_ds = exact::dot(pairs.iter().copied());
+            let s2: f64 = (0..id).map(|q| a[q].abs() * (0..hd).map(|c| (dy[c] * w2[q][c]).abs()).sum::<f64>()).sum();
+            let a_sum: f64 = a.iter().map(|v| v.abs()).sum();
+            let at = || format!("trial {trial}");
+            worst = worst.max(within("slot", &at, got, exact_ds, slot_grad_bound(s2, a_sum, hd, id, true)).unwrap_or_else(|e| panic!("{e}")));
+            let without = slot_grad_bound(s2, a_sum, hd, id, false);
+            worst_without = worst_without.max((got - exact_ds).abs() / without);
+        }
+        eprintln!("slot gradient: worst error/bound {worst:.4}; without dA_raw's rounding {worst_without:.2}");
+        assert!(worst_without > 1.0, "dA_raw's rounding is not visible to the test");
     }
 
     fn clone_trace(t: &FastTrace) -> FastTrace {
