@@ -83,11 +83,14 @@ fn within(stage: &str, at: &dyn Fn() -> String, got: f64, exact: f64, bound: f64
 /// Σ_c dY_c·W2_cq accumulated in f32 over `hd` terms and rounded to bf16, then summed with A over the `id`
 /// columns by a chain (or tree) of at most I + 16 f32 additions. `s2` = Σ_q |A_q|·Σ_c |dY_c·W2_cq|, `a_sum`
 /// = Σ_q |A_q|. Each D_q errs by at most g1·Σ_c|dY_c·W2_cq| (g1: the dot's γ and the bf16 rounding, |D_q|
-/// being at most that sum) plus bf16's underflow. `with_da_rounding` false drops dA_raw's error (only for the
-/// test that shows it is needed).
-fn slot_grad_bound(s2: f64, a_sum: f64, hd: usize, id: usize, with_da_rounding: bool) -> f64 {
+/// being at most that sum) plus bf16's underflow.
+fn slot_grad_bound(s2: f64, a_sum: f64, hd: usize, id: usize) -> f64 {
+    slot_grad_bound_given(gamma(hd) + UBF * (1.0 + gamma(hd)), s2, a_sum, hd, id)
+}
+
+/// [`slot_grad_bound`] with dA_raw's relative error `g1` given.
+fn slot_grad_bound_given(g1: f64, s2: f64, a_sum: f64, hd: usize, id: usize) -> f64 {
     let gi = gamma(id + 16);
-    let g1 = if with_da_rounding { gamma(hd) + UBF * (1.0 + gamma(hd)) } else { 0.0 };
     (g1 * (1.0 + gi) + gi) * (1.0 + g1) * s2 * (1.0 + 1e-12) + (hd * id) as f64 * 2f64.powi(-149) + a_sum * 2f64.powi(-133)
 }
 
@@ -163,7 +166,7 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
                 let pairs: Vec<(f64, f64)> = (0..id).flat_map(|q| (0..hd).map(move |k| (q, k))).map(|(q, k)| (dy(t, k) * w2(e, k, q), a(q))).collect();
                 let exact_ds = exact::dot_certified(&pairs);
                 let a_sum: f64 = (0..id).map(|q| a(q).abs()).sum();
-                let bound = slot_grad_bound(s2, a_sum, hd, id, true);
+                let bound = slot_grad_bound(s2, a_sum, hd, id);
                 let got = tr.grad_topk_weights[t * kk + j] as f64;
                 worst = worst.max(within("grad.topk_weights", &|| format!("[{t}, {j}]"), got, exact_ds, bound)?);
             }
@@ -493,8 +496,8 @@ mod tests {
             let s2: f64 = (0..id).map(|q| a[q].abs() * (0..hd).map(|c| (dy[c] * w2[q][c]).abs()).sum::<f64>()).sum();
             let a_sum: f64 = a.iter().map(|v| v.abs()).sum();
             let at = || format!("trial {trial}");
-            worst = worst.max(within("slot", &at, got, exact_ds, slot_grad_bound(s2, a_sum, hd, id, true)).unwrap_or_else(|e| panic!("{e}")));
-            let without = slot_grad_bound(s2, a_sum, hd, id, false);
+            worst = worst.max(within("slot", &at, got, exact_ds, slot_grad_bound(s2, a_sum, hd, id)).unwrap_or_else(|e| panic!("{e}")));
+            let without = slot_grad_bound_given(0.0, s2, a_sum, hd, id);
             worst_without = worst_without.max((got - exact_ds).abs() / without);
         }
         eprintln!("slot gradient: worst error/bound {worst:.4}; without dA_raw's rounding {worst_without:.2}");
