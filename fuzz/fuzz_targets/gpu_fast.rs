@@ -11,6 +11,8 @@
 //! (`-len_control=0`: at libFuzzer's default the inputs stay a few bytes long for minutes, every later byte
 //! reads 0, and every run is plain SwiGLU with k = 1 on one engine)
 //! (the CUDA driver needs ASan's shadow gap unprotected; the driver's one-time allocations read as leaks).
+//! `fuzz/corpus/gpu_fast/` holds seeds named for what they cover (both activations, every engine, all slots
+//! unused, zero tokens, a row tile plus one, the largest shape); with `-runs=0` the binary replays them only.
 #![no_main]
 
 use std::sync::OnceLock;
