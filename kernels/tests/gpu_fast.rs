@@ -389,3 +389,59 @@ fn seeding_copies_the_gemm_written_intermediates() {
     let err = layer(&other).seed_intermediates_from(&a).expect_err("other dims are refused");
     assert!(err.to_string().contains("seed_intermediates_from"), "{err}");
 }
+
+/// The GPU fuzz target's seeds, from the repository root (the GPU machine runs the staged binaries there) or
+/// from this crate's directory (`cargo test`).
+fn seeds_dir() -> &'static std::path::Path {
+    ["fuzz/corpus/gpu_fast", "../fuzz/corpus/gpu_fast"]
+        .into_iter()
+        .map(std::path::Path::new)
+        .find(|d| d.is_dir())
+        .expect("fuzz/corpus/gpu_fast not found from the repository root or kernels/")
+}
+
+/// The GPU fuzz target's committed seeds (`fuzz/corpus/gpu_fast/`, and any crash input added there as a
+/// regression), each decoded and checked as the target does (`FuzzCase`): twice for bitwise equality, then
+/// every token and weight-gradient entry against the oracle.
+#[test]
+fn the_fuzz_seeds_pass() {
+    let Some(gpu) = gpu_for_test("the_fuzz_seeds_pass") else { return };
+    let kern = kernels_for(&gpu);
+    let dir = seeds_dir();
+    let mut seeds: Vec<_> = std::fs::read_dir(dir).expect("read the seeds").map(|e| e.expect("a seed").path()).collect();
+    seeds.sort();
+    assert!(!seeds.is_empty(), "no seeds in {}", dir.display());
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    for path in &seeds {
+        let data = std::fs::read(path).expect("read a seed");
+        let input = moe_kernels::fast::case::FuzzCase::decode(&data, kern.wgmma);
+        match input.run_and_check(&gpu, &kern, threads) {
+            Ok(r) => eprintln!("{}: {} ({} elements, worst error/bound {:.3})", path.display(), input.what, r.elements, r.worst),
+            Err(msg) => panic!("{}: {msg}", path.display()),
+        }
+    }
+}
+
+/// The seeds cover what their names say (no GPU needed): each file decodes to these parameters, worked out
+/// by hand from the byte layout in `FuzzCase::decode`.
+#[test]
+fn the_fuzz_seeds_decode_to_their_names() {
+    let expected = [
+        ("all-slots-unused", "seed 6 T=200 H=136 I=200 E=3 k=3 Swiglu unused 1 engine ws gather-first true"),
+        ("clamped-half-unused-wgmma", "seed 5 T=64 H=72 I=64 E=8 k=3 SwigluClamped { alpha: 1.702, limit: 7.0 } unused 0.5 engine wgmma gather-first true"),
+        ("full-size-clamped-ws", "seed 2 T=299 H=264 I=200 E=8 k=8 SwigluClamped { alpha: 1.702, limit: 7.0 } unused 0.1 engine ws gather-first true"),
+        ("mma-engine-clamped", "seed 9 T=255 H=128 I=192 E=7 k=5 SwigluClamped { alpha: 1.702, limit: 7.0 } unused 0.1 engine mma gather-first true"),
+        ("one-token-wgmma-rows", "seed 4 T=1 H=8 I=8 E=1 k=1 Swiglu unused 0 engine wgmma-rows gather-first true"),
+        ("row-tile-plus-one-wgmma-t", "seed 7 T=129 H=264 I=72 E=1 k=1 SwigluClamped { alpha: 1.702, limit: 7.0 } unused 0 engine wgmma-t gather-first false"),
+        ("two-row-tiles-plain-ws", "seed 3 T=256 H=256 I=128 E=1 k=1 Swiglu unused 0 engine ws gather-first false"),
+        ("zero-tokens", "seed 8 T=0 H=64 I=64 E=4 k=2 Swiglu unused 0 engine ws gather-first true"),
+    ];
+    let dir = seeds_dir();
+    let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, expected.iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>(), "the seeds and this table differ");
+    for (name, what) in expected {
+        let data = std::fs::read(dir.join(name)).unwrap();
+        assert_eq!(moe_kernels::fast::case::FuzzCase::decode(&data, true).what, what, "{name}");
+    }
+}

@@ -3,8 +3,8 @@
 //! from the same seed, in bf16 bits, i32 ids and f32 weights; a forward and backward on a fresh layer; and the
 //! stage checker's view of the inputs.
 
-use super::check::HostCase;
-use super::{Engine, FastDims, FastKernels, FastLayer, FastTrace};
+use super::check::{check, HostCase, Report, Scope};
+use super::{Engine, FastDims, FastKernels, FastLayer, FastTrace, ENGINES};
 use crate::forward::bits;
 use crate::{Gpu, GpuError};
 use moe_reference::config::Activation;
@@ -73,3 +73,52 @@ impl FastCase {
         layer.trace()
     }
 }
+
+/// A GPU fuzz input decoded: the bytes the fuzz target (`fuzz/fuzz_targets/gpu_fast.rs`) takes, and its
+/// committed seeds (`fuzz/corpus/gpu_fast/`, replayed by `tests/gpu_fast.rs`), as a case, an engine and the
+/// gather mode. Missing bytes read 0.
+pub struct FuzzCase {
+    pub case: FastCase,
+    pub engine: Engine,
+    pub gather_first: bool,
+    /// The decoded parameters, for messages.
+    pub what: String,
+}
+
+impl FuzzCase {
+    /// Shapes around the tiles (128 rows, 256 columns, 64 k): T up to 299, H up to 264 and I up to 200 in
+    /// multiples of 8, E up to 8, either SwiGLU, a fraction of unused slots, a seed, an engine (those that
+    /// need wgmma only when `wgmma`), gather first or not.
+    pub fn decode(data: &[u8], wgmma: bool) -> FuzzCase {
+        let mut b = data.iter().copied().chain(std::iter::repeat(0));
+        let mut byte = || b.next().unwrap_or(0) as usize;
+        let t = byte() + byte() % 45;
+        let h = 8 * (1 + byte() % 33);
+        let i = 8 * (1 + byte() % 25);
+        let e = 1 + byte() % 8;
+        let k = 1 + byte() % e;
+        let act = if byte() % 2 == 0 { Activation::Swiglu } else { Activation::SwigluClamped { alpha: 1.702, limit: 7.0 } };
+        let unused = [0.0, 0.0, 0.1, 0.5, 1.0][byte() % 5];
+        let seed = 1 + (byte() as u64) * 256 + byte() as u64;
+        let usable: Vec<_> = ENGINES.iter().filter(|(_, e)| wgmma || !e.0).collect();
+        let (engine_name, engine) = *usable[byte() % usable.len()];
+        let gather_first = byte() % 2 == 0;
+        let what = format!("seed {seed} T={t} H={h} I={i} E={e} k={k} {act:?} unused {unused} engine {engine_name} gather-first {gather_first}");
+        FuzzCase { case: FastCase::new(seed, t, h, i, e, k, act, unused), engine, gather_first, what }
+    }
+
+    /// Forward and backward twice, the second time on NaN-poisoned buffers, which must be bitwise the first
+    /// (deterministic, nothing left unwritten); then every token and every weight-gradient entry of the first
+    /// against the oracle (`fast::check`, on `threads` threads). Err names the case and what failed.
+    pub fn run_and_check(&self, gpu: &Gpu, kern: &FastKernels, threads: usize) -> Result<Report, String> {
+        let what = &self.what;
+        let run = |poison: bool| self.case.run(gpu, kern, self.engine, self.gather_first, poison).map_err(|err| format!("{what}: {err}"));
+        let first = run(false)?;
+        if let Some((name, i)) = first.first_difference(&run(true)?) {
+            return Err(format!("{what}: {name} differs between two runs at {i} (not deterministic, or an element left unwritten)"));
+        }
+        let scope = Scope { tokens: (0..self.case.dims.tokens).collect(), wgrad_samples: None, threads };
+        check(&self.case.host(), &first, &scope).map_err(|msg| format!("{what}: {msg}"))
+    }
+}
+
