@@ -149,36 +149,31 @@ pub(crate) fn dot_few(pairs: impl IntoIterator<Item = (f64, f64)>) -> Option<f64
 /// [`dot_few`] for two equally long slices, in four independent lanes so that the additions pipeline.
 pub(crate) fn dot_slices(a: &[f64], b: &[f64]) -> Option<f64> {
     assert_eq!(a.len(), b.len(), "dot of slices of different lengths");
-    const L: usize = 4;
-    let mut lanes = [Lane::default(); L];
-    let (ac, bc) = (a.chunks_exact(L), b.chunks_exact(L));
-    let (ar, br) = (ac.remainder(), bc.remainder());
-    for (x, y) in ac.zip(bc) {
-        for l in 0..L {
-            lanes[l].add(x[l], y[l]);
-        }
-    }
-    for (l, (&x, &y)) in ar.iter().zip(br).enumerate() {
-        lanes[l].add(x, y);
-    }
-    finish(&lanes, a.len())
+    dot_lanes(a.len(), |i| (a[i], b[i]))
 }
 
 /// [`dot_slices`] for a slice of pairs.
 pub(crate) fn dot_pairs(pairs: &[(f64, f64)]) -> Option<f64> {
+    dot_lanes(pairs.len(), |i| pairs[i])
+}
+
+/// The `n` terms `term(i)` in four lanes (term i in lane i mod 4), joined and certified.
+#[inline(always)]
+fn dot_lanes(n: usize, term: impl Fn(usize) -> (f64, f64)) -> Option<f64> {
     const L: usize = 4;
     let mut lanes = [Lane::default(); L];
-    let chunks = pairs.chunks_exact(L);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for l in 0..L {
-            lanes[l].add(c[l].0, c[l].1);
+    let full = n / L * L;
+    for base in (0..full).step_by(L) {
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            let (x, y) = term(base + l);
+            lane.add(x, y);
         }
     }
-    for (l, &(x, y)) in rest.iter().enumerate() {
-        lanes[l].add(x, y);
+    for (lane, i) in lanes.iter_mut().zip(full..n) {
+        let (x, y) = term(i);
+        lane.add(x, y);
     }
-    finish(&lanes, pairs.len())
+    finish(&lanes, n)
 }
 
 #[cfg(test)]
