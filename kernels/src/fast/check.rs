@@ -146,12 +146,16 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
             }
             // dH through dA = w·dA_raw, dA_raw = dY·W2: exact D_q, its f32/tensor-core error and its bf16
             // rounding (d_err), w·dA_raw in f32, then the SwiGLU backward (linear in dA) and bf16 storage.
-            let mut s2 = 0.0f64;
+            // The same products dY_c·W2_cq, times A_q, are the slot gradient's terms (`ds_pairs`, below).
+            let (mut s2, mut a_sum) = (0.0f64, 0.0f64);
+            let mut ds_pairs: Vec<(f64, f64)> = Vec::with_capacity(id * hd);
             for q in 0..id {
                 let pairs: Vec<(f64, f64)> = (0..hd).map(|k| (dy(t, k), w2(e, k, q))).collect();
                 let dq = exact::dot_certified(&pairs);
                 let pq: f64 = pairs.iter().map(|(p, v)| (p * v).abs()).sum();
                 s2 += a(q).abs() * pq;
+                a_sum += a(q).abs();
+                ds_pairs.extend(pairs.iter().map(|&(p, v)| (p * v, a(q))));
                 let acc_err = gamma(hd) * pq * (1.0 + 1e-12) + (hd as f64 + 1.0) * 2f64.powi(-150);
                 let d_err = acc_err + UBF * (dq.abs() + acc_err) + 2f64.powi(-134);
                 let delta = w.abs() * d_err + U32 * w.abs() * (dq.abs() + d_err) + 2f64.powi(-149);
@@ -163,9 +167,7 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
             // grad.topk_weights = <dY, o> with o = A·W2ᵀ exactly: Σ_q A_q·Σ_c dY_c·W2_cq, bounded as the
             // kernel computes it (`slot_grad_bound`)
             {
-                let pairs: Vec<(f64, f64)> = (0..id).flat_map(|q| (0..hd).map(move |k| (q, k))).map(|(q, k)| (dy(t, k) * w2(e, k, q), a(q))).collect();
-                let exact_ds = exact::dot_certified(&pairs);
-                let a_sum: f64 = (0..id).map(|q| a(q).abs()).sum();
+                let exact_ds = exact::dot_certified(&ds_pairs);
                 let bound = slot_grad_bound(s2, a_sum, hd, id);
                 let got = tr.grad_topk_weights[t * kk + j] as f64;
                 worst = worst.max(within("grad.topk_weights", &|| format!("[{t}, {j}]"), got, exact_ds, bound)?);
