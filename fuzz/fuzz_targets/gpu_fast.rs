@@ -5,9 +5,13 @@
 //! difference between the runs, an element left unwritten or a kernel fault is a crash. Without a GPU every
 //! input is a no-op.
 //!
-//!     cargo +nightly fuzz build gpu_fast --release      (here), then on the GPU machine:
+//!     bash kernels/tools/stage_gpu.sh      (here: builds this target into .gpu/fuzz/), then on the GPU machine:
 //!     ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 REQUIRE_GPU=1 \
-//!         fuzz/target/x86_64-unknown-linux-gnu/release/gpu_fast -max_total_time=120 -max_len=16 -len_control=0 corpus_dir
+//!         .gpu/fuzz/gpu_fast -max_total_time=120 -max_len=16 -len_control=0 corpus_dir
+//! (the staging script builds it with `fuzz/tools/rustc_check_uninstrumented.sh`, which leaves the oracle and
+//! moe_kernels without coverage counters: with them the check's threads contend for the counters, and one
+//! input of the largest shape took 248 s on 16 cores; a plain `cargo +nightly fuzz build gpu_fast --release`
+//! still works, slower)
 //! (`-len_control=0`: at libFuzzer's default the inputs stay a few bytes long for minutes, every later byte
 //! reads 0, and every run is plain SwiGLU with k = 1 on one engine)
 //! (the CUDA driver needs ASan's shadow gap unprotected; the driver's one-time allocations read as leaks).

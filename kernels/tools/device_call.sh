@@ -7,8 +7,7 @@
 # Staged here first (the GPU machine has no Rust): `bash kernels/tools/stage_gpu.sh` (or `../shared/tools/gpu-pack`,
 # too large to carry with the working tree now; at least the moe-oracle binary
 # and the gpu_fast, gpu_layer, layer_api test binaries in .gpu/bin, and ../shared/bench/*.py in .gpu/bench);
-# for the fuzz step also `cargo +nightly fuzz build gpu_fast --release` and
-#   mkdir -p .gpu/fuzz && cp fuzz/target/x86_64-unknown-linux-gnu/release/gpu_fast .gpu/fuzz/
+# the fuzz step runs when stage_gpu.sh staged the gpu_fast fuzz target (it builds it when cargo-fuzz is installed).
 # Then, through the device tool with carry [".gpu"]:
 #   bash kernels/tools/device_call.sh                       (everything, default kernels)
 #   VARIANTS="WS_GEMM1_TMA=0;WS_EXP_NO_STORE" bash kernels/tools/device_call.sh
@@ -88,9 +87,9 @@ if [ -z "${BENCH_ONLY:-}" ]; then
         sanitize_ws $tool $lim "$cases"
     done
     if [ -x .gpu/fuzz/gpu_fast ] && left 60; then
-        mkdir -p /tmp/gpu_fast_corpus
-        ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 timeout 70 .gpu/fuzz/gpu_fast -max_total_time=50 -max_len=64 \
-            /tmp/gpu_fast_corpus > "$OUT/fuzz.log" 2>&1
+        mkdir -p /tmp/gpu_fast_corpus && cp fuzz/corpus/gpu_fast/* /tmp/gpu_fast_corpus/
+        ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 timeout 70 .gpu/fuzz/gpu_fast -max_total_time=50 -max_len=16 \
+            -len_control=0 /tmp/gpu_fast_corpus > "$OUT/fuzz.log" 2>&1
         echo "== fuzz gpu_fast rc $? ($(ls /tmp/gpu_fast_corpus | wc -l) corpus units)"
         grep -E "^#[0-9]+.*DONE|panicked|SUMMARY|crash-" "$OUT/fuzz.log" | tail -3
     fi

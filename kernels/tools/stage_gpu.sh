@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stage only what kernels/tools/device_call.sh and the session scripts need into .gpu/ (git-ignored): the
 # moe-oracle binary, the gpu_fast, gpu_layer and layer_api test binaries, the PyTorch baseline scripts (and kernels/tools/torch_moe_heated.py beside them), and
-# the gpu_fast fuzz target when it has been built (`cargo +nightly fuzz build gpu_fast --release`).
+# the gpu_fast fuzz target (built here when cargo-fuzz is installed).
 # ../shared/tools/gpu-pack stages every test binary (~84 MB), more than the 64 MiB a device call may carry
 # with the working tree; this stays near 30 MB. Run from the repository root:
 #   bash kernels/tools/stage_gpu.sh
@@ -18,7 +18,15 @@ for t in gpu_fast gpu_layer layer_api; do
     cp "$exe" .gpu/bin/$t
 done
 cp ../shared/bench/*.py kernels/tools/torch_moe_heated.py .gpu/bench/
-fz=fuzz/target/x86_64-unknown-linux-gnu/release/gpu_fast
-if [ -x $fz ]; then mkdir -p .gpu/fuzz && cp $fz .gpu/fuzz/; fi
+# The gpu_fast fuzz target, built here when cargo-fuzz is installed, with the oracle and moe_kernels left
+# without coverage counters (fuzz/tools/rustc_check_uninstrumented.sh says why), in a target directory of its
+# own so that no build with counters is mixed in.
+if cargo +nightly fuzz --version > /dev/null 2>&1; then
+    RUSTC_WRAPPER=$PWD/fuzz/tools/rustc_check_uninstrumented.sh cargo +nightly fuzz build gpu_fast --release \
+        --target-dir $PWD/fuzz/target-gpu-fast
+    mkdir -p .gpu/fuzz && cp fuzz/target-gpu-fast/x86_64-unknown-linux-gnu/release/gpu_fast .gpu/fuzz/
+else
+    echo "cargo-fuzz is not installed (cargo install cargo-fuzz): the gpu_fast fuzz target is not staged"
+fi
 for f in .gpu/bin/* .gpu/fuzz/*; do [ -f "$f" ] && strip --strip-debug "$f"; done
 du -sh .gpu

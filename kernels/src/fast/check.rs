@@ -70,6 +70,12 @@ fn dots(stage: &str, at: &dyn Fn() -> String, got: f64, pairs: &[(f64, f64)], st
     within(stage, at, got, exact, bound)
 }
 
+/// `buf` holds `terms` (cleared first, its allocation kept).
+fn fill(buf: &mut Vec<(f64, f64)>, terms: impl Iterator<Item = (f64, f64)>) {
+    buf.clear();
+    buf.extend(terms);
+}
+
 fn within(stage: &str, at: &dyn Fn() -> String, got: f64, exact: f64, bound: f64) -> Result<f64, String> {
     let err = (got - exact).abs();
     if err <= bound {
@@ -115,8 +121,10 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
     let w13 = |e: usize, n: usize, c_: usize| bf(c.w13[(e * 2 * id + n) * hd + c_]);
     let w2 = |e: usize, n: usize, q: usize| bf(c.w2[(e * hd + n) * id + q]);
 
-    // per token: its rows' stages, then y and grad.x
-    let token_check = |t: usize| -> Result<(f64, usize), String> {
+    // per token: its rows' stages, then y and grad.x. `buf` and `ds_pairs` are the thread's scratch for the
+    // dots' terms (one allocation a thread, not one a dot: under the fuzz target's AddressSanitizer the
+    // allocator's locks kept the threads from scaling).
+    let token_check = |t: usize, buf: &mut Vec<(f64, f64)>, ds_pairs: &mut Vec<(f64, f64)>| -> Result<(f64, usize), String> {
         let mut worst = 0.0f64;
         let mut count = 0usize;
         for j in 0..kk {
@@ -131,8 +139,8 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
             let h = |n: usize| bf(tr.h[r * 2 * id + n]);
             let a = |q: usize| bf(tr.a[r * id + q]);
             for n in 0..2 * id {
-                let pairs: Vec<(f64, f64)> = (0..hd).map(|k| (x(t, k), w13(e, n, k))).collect();
-                worst = worst.max(dots("fwd.h", &|| format!("row {r} col {n}"), h(n), &pairs, UBF)?);
+                fill(buf, (0..hd).map(|k| (x(t, k), w13(e, n, k))));
+                worst = worst.max(dots("fwd.h", &|| format!("row {r} col {n}"), h(n), buf, UBF)?);
             }
             for q in 0..id {
                 let (exact_a, bound) = act_bound::forward_stored_bf16(c.act, h(q), h(id + q));
@@ -141,17 +149,18 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
                 worst = worst.max(dots("bwd.a_weighted (w·A)", &|| format!("row {r} col {q}"), got_aw, &[(w, a(q))], UBF + U32)?);
             }
             for n in 0..hd {
-                let pairs: Vec<(f64, f64)> = (0..id).map(|q| (a(q), w2(e, n, q))).collect();
-                worst = worst.max(dots("fwd.o", &|| format!("row {r} col {n}"), bf(tr.o[r * hd + n]), &pairs, UBF)?);
+                fill(buf, (0..id).map(|q| (a(q), w2(e, n, q))));
+                worst = worst.max(dots("fwd.o", &|| format!("row {r} col {n}"), bf(tr.o[r * hd + n]), buf, UBF)?);
             }
             // dH through dA = w·dA_raw, dA_raw = dY·W2: exact D_q, its f32/tensor-core error and its bf16
             // rounding (d_err), w·dA_raw in f32, then the SwiGLU backward (linear in dA) and bf16 storage.
             // The same products dY_c·W2_cq, times A_q, are the slot gradient's terms (`ds_pairs`, below).
             let (mut s2, mut a_sum) = (0.0f64, 0.0f64);
-            let mut ds_pairs: Vec<(f64, f64)> = Vec::with_capacity(id * hd);
+            ds_pairs.clear();
             for q in 0..id {
-                let pairs: Vec<(f64, f64)> = (0..hd).map(|k| (dy(t, k), w2(e, k, q))).collect();
-                let dq = exact::dot_certified(&pairs);
+                fill(buf, (0..hd).map(|k| (dy(t, k), w2(e, k, q))));
+                let pairs = &buf[..];
+                let dq = exact::dot_certified(pairs);
                 let pq: f64 = pairs.iter().map(|(p, v)| (p * v).abs()).sum();
                 s2 += a(q).abs() * pq;
                 a_sum += a(q).abs();
@@ -167,23 +176,23 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
             // grad.topk_weights = <dY, o> with o = A·W2ᵀ exactly: Σ_q A_q·Σ_c dY_c·W2_cq, bounded as the
             // kernel computes it (`slot_grad_bound`)
             {
-                let exact_ds = exact::dot_certified(&ds_pairs);
+                let exact_ds = exact::dot_certified(ds_pairs);
                 let bound = slot_grad_bound(s2, a_sum, hd, id);
                 let got = tr.grad_topk_weights[t * kk + j] as f64;
                 worst = worst.max(within("grad.topk_weights", &|| format!("[{t}, {j}]"), got, exact_ds, bound)?);
             }
             for n in 0..hd {
-                let pairs: Vec<(f64, f64)> = (0..2 * id).map(|k| (bf(tr.dh[r * 2 * id + k]), w13(e, k, n))).collect();
-                worst = worst.max(dots("bwd.dx_rows", &|| format!("row {r} col {n}"), bf(tr.dx_rows[r * hd + n]), &pairs, UBF)?);
+                fill(buf, (0..2 * id).map(|k| (bf(tr.dh[r * 2 * id + k]), w13(e, k, n))));
+                worst = worst.max(dots("bwd.dx_rows", &|| format!("row {r} col {n}"), bf(tr.dx_rows[r * hd + n]), buf, UBF)?);
             }
             count += 2 * id * 3 + hd * 2 + 1;
         }
+        let rows: Vec<(usize, usize)> = (0..kk).filter_map(|j| map.slot_row[t * kk + j].map(|r| (j, r))).collect();
         for n in 0..hd {
-            let rows: Vec<(usize, usize)> = (0..kk).filter_map(|j| map.slot_row[t * kk + j].map(|r| (j, r))).collect();
-            let pairs: Vec<(f64, f64)> = rows.iter().map(|&(j, r)| (c.weights[t * kk + j] as f64, bf(tr.o[r * hd + n]))).collect();
-            worst = worst.max(dots("y", &|| format!("[{t}, {n}]"), bf(tr.y[t * hd + n]), &pairs, UBF)?);
-            let pairs: Vec<(f64, f64)> = rows.iter().map(|&(_, r)| (bf(tr.dx_rows[r * hd + n]), 1.0)).collect();
-            worst = worst.max(dots("grad.x", &|| format!("[{t}, {n}]"), bf(tr.grad_x[t * hd + n]), &pairs, UBF)?);
+            fill(buf, rows.iter().map(|&(j, r)| (c.weights[t * kk + j] as f64, bf(tr.o[r * hd + n]))));
+            worst = worst.max(dots("y", &|| format!("[{t}, {n}]"), bf(tr.y[t * hd + n]), buf, UBF)?);
+            fill(buf, rows.iter().map(|&(_, r)| (bf(tr.dx_rows[r * hd + n]), 1.0)));
+            worst = worst.max(dots("grad.x", &|| format!("[{t}, {n}]"), bf(tr.grad_x[t * hd + n]), buf, UBF)?);
             count += 2;
         }
         Ok((worst, count))
@@ -220,14 +229,14 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
             }
         }
     }
-    let wgrad_check = |&(is13, e, p, q): &(bool, usize, usize, usize)| -> Result<f64, String> {
+    let wgrad_check = |&(is13, e, p, q): &(bool, usize, usize, usize), buf: &mut Vec<(f64, f64)>| -> Result<f64, String> {
         let rows = map.expert_rows(e);
         if is13 {
-            let pairs: Vec<(f64, f64)> = rows.map(|r| (bf(tr.dh[r * 2 * id + p]), x(map.row_token[r], q))).collect();
-            dots("grad.w13", &|| format!("[{e}, {p}, {q}]"), bf(tr.grad_w13[(e * 2 * id + p) * hd + q]), &pairs, UBF)
+            fill(buf, rows.map(|r| (bf(tr.dh[r * 2 * id + p]), x(map.row_token[r], q))));
+            dots("grad.w13", &|| format!("[{e}, {p}, {q}]"), bf(tr.grad_w13[(e * 2 * id + p) * hd + q]), buf, UBF)
         } else {
-            let pairs: Vec<(f64, f64)> = rows.map(|r| (dy(map.row_token[r], p), bf(tr.aw[r * id + q]))).collect();
-            dots("grad.w2", &|| format!("[{e}, {p}, {q}]"), bf(tr.grad_w2[(e * hd + p) * id + q]), &pairs, UBF)
+            fill(buf, rows.map(|r| (dy(map.row_token[r], p), bf(tr.aw[r * id + q]))));
+            dots("grad.w2", &|| format!("[{e}, {p}, {q}]"), bf(tr.grad_w2[(e * hd + p) * id + q]), buf, UBF)
         }
     };
 
@@ -243,13 +252,14 @@ pub fn check(c: &HostCase, tr: &FastTrace, scope: &Scope) -> Result<Report, Stri
             handles.push(s.spawn(move || -> Result<(f64, usize), String> {
                 let mut worst = 0.0f64;
                 let mut count = 0;
+                let (mut buf, mut ds_pairs) = (Vec::new(), Vec::new());
                 for t in tokens {
-                    let (wv, n) = token_check(t)?;
+                    let (wv, n) = token_check(t, &mut buf, &mut ds_pairs)?;
                     worst = worst.max(wv);
                     count += n;
                 }
                 for en in &entries {
-                    worst = worst.max(wgrad_check(en)?);
+                    worst = worst.max(wgrad_check(en, &mut buf)?);
                     count += 1;
                 }
                 Ok((worst, count))
@@ -290,6 +300,19 @@ mod tests {
                 *v = -1;
             }
         }
+        exact_trace_of((t_n, hd, id, e_n, kk), x, w13, w2, ids, w)
+    }
+
+    /// The trace of exact values, each rounded once to its storage, for the given inputs and routing.
+    #[allow(clippy::type_complexity)]
+    fn exact_trace_of(
+        (t_n, hd, id, e_n, kk): (usize, usize, usize, usize, usize),
+        x: ndarray::Array2<f64>,
+        w13: ndarray::Array3<f64>,
+        w2: ndarray::Array3<f64>,
+        ids: ndarray::Array2<i32>,
+        w: ndarray::Array2<f32>,
+    ) -> (FastDims, Vec<u16>, Vec<u16>, Vec<u16>, Vec<u16>, Vec<i32>, Vec<f32>, FastTrace) {
         let mut g = crate::check::Gen(99);
         let dy: Vec<f64> = (0..t_n * hd).map(|_| g.bf16(0.5)).collect();
         let map = RowMap::build(ids.view(), e_n);
@@ -407,6 +430,27 @@ mod tests {
         let mut bad = clone_trace(&trace);
         bad.row_token.swap(0, 1);
         assert!(check(&case, &bad, &scope).is_err(), "a wrong row order must fail");
+    }
+
+    /// How long the full check takes per token at the fuzz target's largest H, I, E and k (H 264, I 200, E 8,
+    /// k 8), on one thread and on all cores: the fuzz target's inputs cost what this costs (times its
+    /// instrumentation; `fuzz/fuzz_targets/gpu_fast.rs`). Timing only:
+    /// `cargo test --release -p moe-kernels --lib -- --ignored --nocapture check_time_at_the_fuzz_size`.
+    #[test]
+    #[ignore]
+    fn check_time_at_the_fuzz_size() {
+        let dims = (40, 264, 200, 8, 8);
+        let (_cfg, x, w13, w2, ids, w) = crate::check::case(5, dims.0, dims.1, dims.2, dims.3, dims.4, Activation::Swiglu, 0.0);
+        let (dims, x, w13, w2, dy, ids, w, trace) = exact_trace_of(dims, x, w13, w2, ids, w);
+        let case = HostCase { dims, act: Activation::Swiglu, x: &x, w13: &w13, w2: &w2, dy: &dy, ids: &ids, weights: &w };
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        for threads in [1, cores] {
+            let scope = Scope { tokens: (0..dims.tokens).collect(), wgrad_samples: None, threads };
+            let t0 = std::time::Instant::now();
+            let report = check(&case, &trace, &scope).expect("the exact trace passes");
+            let s = t0.elapsed().as_secs_f64();
+            println!("{threads} thread(s): {:.3} s for {} tokens and every weight-gradient entry ({:.1} ms a token overall; {} elements, worst {:.3})", s, dims.tokens, s * 1e3 / dims.tokens as f64, report.elements, report.worst);
+        }
     }
 
     /// `dots`' bound (γ_K·Σ|a·b| for the accumulation, then one rounding to the storage) holds for Hopper's
