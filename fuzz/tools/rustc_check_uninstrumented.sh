@@ -15,7 +15,7 @@ case " $* " in
         for a in "$@"; do
             if [ $skip = 1 ]; then
                 skip=0
-                case "$a" in -sanitizer-coverage* | sancov-module) continue ;; *) args+=("-C" "$a"); continue ;; esac
+                case "$a" in passes=sancov-module | llvm-args=-sanitizer-coverage*) continue ;; *) args+=("-C" "$a"); continue ;; esac
             fi
             case "$a" in
                 -C) skip=1 ;;
