@@ -87,11 +87,7 @@ if [ -z "${BENCH_ONLY:-}" ]; then
         sanitize_ws $tool $lim "$cases"
     done
     if [ -x .gpu/fuzz/gpu_fast ] && left 60; then
-        mkdir -p /tmp/gpu_fast_corpus && cp fuzz/corpus/gpu_fast/* /tmp/gpu_fast_corpus/
-        ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 timeout 70 .gpu/fuzz/gpu_fast -max_total_time=50 -max_len=16 \
-            -len_control=0 /tmp/gpu_fast_corpus > "$OUT/fuzz.log" 2>&1
-        echo "== fuzz gpu_fast rc $? ($(ls /tmp/gpu_fast_corpus | wc -l) corpus units)"
-        grep -E "^#[0-9]+.*DONE|panicked|SUMMARY|crash-" "$OUT/fuzz.log" | tail -3
+        fuzz_gpu_fast 70
     fi
 fi
 echo "total ${SECONDS}s"

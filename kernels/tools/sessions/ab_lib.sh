@@ -12,6 +12,17 @@ ab() { # preset reps label setting
     echo "=== $1 [$4] rc $? $((SECONDS - s)) s"
     grep -E "^A/B|^B/A|^heat|^energy|gemm1|wgrad|dX_rows|dA|swiglu_bwd|gemm2|gather|^outputs|^oracle|rror" $OUT/ab-$3.log | cut -c1-150
 }
+# `fuzz_gpu_fast SECONDS` runs the gpu_fast fuzz target (.gpu/fuzz/gpu_fast, staged by stage_gpu.sh) that long,
+# from the committed seeds (fuzz/corpus/gpu_fast) with full-length inputs (`-len_control=0`: otherwise libFuzzer
+# keeps them at a few bytes for minutes, session 34), into $OUT/fuzz.log (crash and slow inputs, over 60 s,
+# beside it), and prints a summary.
+fuzz_gpu_fast() {
+    mkdir -p /tmp/gpu_fast_corpus && cp fuzz/corpus/gpu_fast/* /tmp/gpu_fast_corpus/
+    ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 REQUIRE_GPU=1 timeout $1 .gpu/fuzz/gpu_fast -max_total_time=$(($1 - 25)) \
+        -max_len=16 -len_control=0 -rss_limit_mb=8192 -report_slow_units=60 -artifact_prefix=$OUT/ /tmp/gpu_fast_corpus > $OUT/fuzz.log 2>&1
+    echo "== fuzz gpu_fast rc $? for $1 s ($(ls /tmp/gpu_fast_corpus | wc -l) corpus units) at ${SECONDS}s"
+    grep -E "INITED|^#[0-9]+.*(DONE|pulse)|panicked|SUMMARY|crash-|Slowest unit" $OUT/fuzz.log | tail -8
+}
 # `gpu_fast_all` runs every gpu_fast test (REQUIRE_GPU=1; 118-184 s in sessions 21-23) into $OUT/gpu_fast.log and prints a summary.
 gpu_fast_all() {
     REQUIRE_GPU=1 timeout 260 .gpu/bin/gpu_fast --test-threads=1 > $OUT/gpu_fast.log 2>&1

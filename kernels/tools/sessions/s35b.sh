@@ -12,9 +12,5 @@ nproc
 [ -z "${FUZZ_ONLY:-}" ] && h200_burst 150 burst
 [ -z "${FUZZ_ONLY:-}" ] && gpu_fast_all
 F=$((${END:-560} - SECONDS)); [ $F -lt 60 ] && F=60
-mkdir -p /tmp/gpu_fast_corpus; cp fuzz/corpus/gpu_fast/* /tmp/gpu_fast_corpus/
-ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 REQUIRE_GPU=1 timeout $F .gpu/fuzz/gpu_fast -max_total_time=$((F - 25)) \
-    -max_len=16 -len_control=0 -rss_limit_mb=8192 -report_slow_units=60 -artifact_prefix=$OUT/ /tmp/gpu_fast_corpus > $OUT/fuzz.log 2>&1
-echo "== fuzz gpu_fast rc $? for ${F}s ($(ls /tmp/gpu_fast_corpus | wc -l) corpus units) at ${SECONDS}s"
-grep -E "INITED|^#[0-9]+.*(DONE|pulse)|panicked|SUMMARY|crash-|Slowest unit" $OUT/fuzz.log | tail -8
+fuzz_gpu_fast $F
 echo "total ${SECONDS}s"
