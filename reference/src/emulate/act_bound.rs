@@ -58,8 +58,9 @@ fn arg_range(act_: Activation, g: f64, bg: f64) -> (f64, f64) {
 
 /// Whether, for the lowest argument `z_lo` of [`arg_range`], f32's exp(−z) may overflow or the reciprocal
 /// of 1 + exp(−z) be subnormal: from −z > 80 on the kernel's sigmoid may be 0 or a few subnormal units, and
-/// so its value, while the exact value may still be a normal f32 (|g|·e^−80 ≈ 2^-115 |g|). There both lie below [`VANISH`] times the other factors: that
-/// much is allowed on top (the Lipschitz magnitudes would allow far more than the values there are).
+/// so its value, while the exact value may still be a normal f32 (|g|·e^−80 ≈ 2^-115 |g|). There both lie
+/// below [`VANISH`] times the other factors: that much is allowed on top (the Lipschitz magnitudes would
+/// allow far more than the values there are).
 fn may_vanish(z_lo: f64) -> bool {
     -z_lo > 80.0
 }
