@@ -46,8 +46,7 @@ fuzz_target!(|data: &[u8]| {
     // checks' dots took the certified path, an input of a few hundred tokens took tens of seconds (s34b-s34c:
     // 0.05-1 inputs a second), most of it the tokens' rows (7·I·H products a row, against 3·I·H a row for
     // all the weight gradients).
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    if let Err(msg) = FuzzCase::decode(data, kern.wgmma).run_and_check(gpu, kern, threads) {
+    if let Err(msg) = FuzzCase::decode(data, kern.wgmma).run_and_check(gpu, kern) {
         panic!("{msg}");
     }
 });

@@ -99,8 +99,7 @@ fn run_case(gpu: &Gpu, kern: &FastKernels, (wgmma, wgrad_wgmma, direct, persiste
             panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}): the backward read X's stale kept rows: {msg}");
         }
     }
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let scope = Scope { tokens: (0..t).collect(), wgrad_samples: None, threads };
+    let scope = Scope::on_all_cores((0..t).collect(), None);
     match check(&case.host(), &first, &scope) {
         Ok(r) => (r.worst, r.elements),
         Err(msg) => panic!("case seed {seed} (T={t} H={h} I={i} E={e} k={k}, {act:?}, wgmma {wgmma}/{wgrad_wgmma}/{direct}/{persistent}): {msg}"),
@@ -411,11 +410,10 @@ fn the_fuzz_seeds_pass() {
     let mut seeds: Vec<_> = std::fs::read_dir(dir).expect("read the seeds").map(|e| e.expect("a seed").path()).collect();
     seeds.sort();
     assert!(!seeds.is_empty(), "no seeds in {}", dir.display());
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     for path in &seeds {
         let data = std::fs::read(path).expect("read a seed");
         let input = moe_kernels::fast::case::FuzzCase::decode(&data, kern.wgmma);
-        match input.run_and_check(&gpu, &kern, threads) {
+        match input.run_and_check(&gpu, &kern) {
             Ok(r) => eprintln!("{}: {} ({} elements, worst error/bound {:.3})", path.display(), input.what, r.elements, r.worst),
             Err(msg) => panic!("{}: {msg}", path.display()),
         }

@@ -410,8 +410,7 @@ fn oracle_check(layer: &FastLayer, args: &BenchGpuArgs, ids: &[i32], w: &[f32]) 
         let tr = layer.trace().map_err(gpu_err)?;
         let (xb, w13b, w2b, dyb) = layer.inputs().map_err(gpu_err)?;
         let host = HostCase { dims, act: Activation::Swiglu, x: &xb, w13: &w13b, w2: &w2b, dy: &dyb, ids, weights: w };
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let scope = Scope { tokens: (0..n).map(|j| j * t / n).collect(), wgrad_samples: Some(args.check_wgrad), threads };
+        let scope = Scope::on_all_cores((0..n).map(|j| j * t / n).collect(), Some(args.check_wgrad));
         let started = std::time::Instant::now();
         let report = match check(&host, &tr, &scope) {
             Ok(r) => r,

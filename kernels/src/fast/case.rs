@@ -109,15 +109,15 @@ impl FuzzCase {
 
     /// Forward and backward twice, the second time on NaN-poisoned buffers, which must be bitwise the first
     /// (deterministic, nothing left unwritten); then every token and every weight-gradient entry of the first
-    /// against the oracle (`fast::check`, on `threads` threads). Err names the case and what failed.
-    pub fn run_and_check(&self, gpu: &Gpu, kern: &FastKernels, threads: usize) -> Result<Report, String> {
+    /// against the oracle (`fast::check`, on every core). Err names the case and what failed.
+    pub fn run_and_check(&self, gpu: &Gpu, kern: &FastKernels) -> Result<Report, String> {
         let what = &self.what;
         let run = |poison: bool| self.case.run(gpu, kern, self.engine, self.gather_first, poison).map_err(|err| format!("{what}: {err}"));
         let first = run(false)?;
         if let Some((name, i)) = first.first_difference(&run(true)?) {
             return Err(format!("{what}: {name} differs between two runs at {i} (not deterministic, or an element left unwritten)"));
         }
-        let scope = Scope { tokens: (0..self.case.dims.tokens).collect(), wgrad_samples: None, threads };
+        let scope = Scope::on_all_cores((0..self.case.dims.tokens).collect(), None);
         check(&self.case.host(), &first, &scope).map_err(|msg| format!("{what}: {msg}"))
     }
 }

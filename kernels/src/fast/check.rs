@@ -43,6 +43,13 @@ pub struct Scope {
     pub threads: usize,
 }
 
+impl Scope {
+    /// `tokens` and `wgrad_samples` on every core of the machine (2 where that is unknown).
+    pub fn on_all_cores(tokens: Vec<usize>, wgrad_samples: Option<usize>) -> Scope {
+        Scope { tokens, wgrad_samples, threads: std::thread::available_parallelism().map_or(2, |n| n.get()) }
+    }
+}
+
 /// Outcome: the worst error/bound ratio over all checked elements, and how many were checked.
 #[derive(Debug, Clone, Copy)]
 pub struct Report {
@@ -443,9 +450,10 @@ mod tests {
         let (_cfg, x, w13, w2, ids, w) = crate::check::case(5, dims.0, dims.1, dims.2, dims.3, dims.4, Activation::Swiglu, 0.0);
         let (dims, x, w13, w2, dy, ids, w, trace) = exact_trace_of(dims, x, w13, w2, ids, w);
         let case = HostCase { dims, act: Activation::Swiglu, x: &x, w13: &w13, w2: &w2, dy: &dy, ids: &ids, weights: &w };
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        for threads in [1, cores] {
-            let scope = Scope { tokens: (0..dims.tokens).collect(), wgrad_samples: None, threads };
+        let all = Scope::on_all_cores((0..dims.tokens).collect(), None);
+        let one = Scope { tokens: all.tokens.clone(), wgrad_samples: None, threads: 1 };
+        for scope in [one, all] {
+            let threads = scope.threads;
             let t0 = std::time::Instant::now();
             let report = check(&case, &trace, &scope).expect("the exact trace passes");
             let s = t0.elapsed().as_secs_f64();
