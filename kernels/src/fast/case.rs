@@ -121,4 +121,3 @@ impl FuzzCase {
         check(&self.case.host(), &first, &scope).map_err(|msg| format!("{what}: {msg}"))
     }
 }
-
