@@ -104,6 +104,8 @@ impl InputsArg {
 
 /// `--heat-ms`'s bound: ten minutes, a device call's whole limit.
 const MAX_HEAT_MS: u64 = 600_000;
+/// `--reps`'s bound: 235b's slowest engine takes ~0.2 s a pass, so this is well over a device call's ten minutes.
+const MAX_REPS: usize = 10_000;
 /// `--kernel-energy-ms`'s bound: a minute per kernel, a dozen kernels.
 const MAX_KERNEL_ENERGY_MS: u64 = 60_000;
 
@@ -470,7 +472,7 @@ fn ab_measure<'g>(a: &mut FastLayer<'g>, b: &mut FastLayer<'g>, args: &BenchGpuA
     // (--heat-ms: A alone heats; the rounds then alternate, so B runs as hot)
     heat.run(a, fwd_bwd)?;
     let (mut ta, mut tb, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-    for r in 0..args.reps.max(1) {
+    for r in 0..args.reps {
         let (x, y) = if r % 2 == 0 {
             let x = pass(a)?;
             (x, pass(b)?)
@@ -569,6 +571,12 @@ pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
         return Err(fail("--tokens must be positive".into()));
     }
     check_size(&args.preset, t, h, k)?;
+    if !(1..=MAX_REPS).contains(&args.reps) {
+        return Err(fail(format!("--reps {}: give 1 to {MAX_REPS} timed repetitions", args.reps)));
+    }
+    if !(2..=4).contains(&args.stages) {
+        return Err(fail(format!("--stages {}: the pipeline depth is 2, 3 or 4", args.stages)));
+    }
     if args.heat_ms > MAX_HEAT_MS {
         return Err(fail(format!("--heat-ms {}: at most {MAX_HEAT_MS} (ten minutes)", args.heat_ms)));
     }
@@ -708,6 +716,9 @@ mod tests {
             (args("qwen3-30b-a3b", 1 << 28, "ws"), "exceed the kernels' 32-bit row indices"),
             (args("qwen3-235b-a22b", 50_000_000, "ws"), "more than one GPU holds"),
             (args("qwen3-30b-a3b", 16, "mma,tpu"), "unknown engine"),
+            (BenchGpuArgs { reps: 0, ..args("qwen3-30b-a3b", 16, "ws") }, "--reps 0: give 1 to 10000"),
+            (BenchGpuArgs { reps: MAX_REPS + 1, ..args("qwen3-30b-a3b", 16, "ws") }, "--reps 10001"),
+            (BenchGpuArgs { stages: 5, ..args("qwen3-30b-a3b", 16, "mma") }, "--stages 5: the pipeline depth is 2, 3 or 4"),
             (BenchGpuArgs { heat_ms: MAX_HEAT_MS + 1, ..args("qwen3-30b-a3b", 16, "ws") }, "--heat-ms 600001: at most 600000"),
             (BenchGpuArgs { kernel_energy_ms: MAX_KERNEL_ENERGY_MS + 1, ..args("qwen3-30b-a3b", 16, "ws") }, "--kernel-energy-ms 60001: at most 60000"),
             (BenchGpuArgs { kernel_energy_ms: 1000, ..with_ab("ws", "MOE_FAST_RASTER_M=expert") }, "--kernel-energy-ms measures one layer: not with --ab"),
