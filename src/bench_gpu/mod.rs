@@ -132,7 +132,7 @@ fn layer_switches(assignments: &[(String, String)]) -> Result<LayerSwitches, Cli
     let tile_order = match var(raster).as_deref().map(str::trim) {
         None | Some("" | "auto") => None,
         Some("expert") => Some(TileOrder::Experts),
-        Some(v) => Some(TileOrder::RowGroups(v.parse::<u32>().map_err(|_| fail(format!("{raster}={v:?}: expected auto, expert or a count of row tiles (0: column tiles fastest)")))?)),
+        Some(v) => Some(TileOrder::RowGroups(v.parse::<u32>().map_err(|_| usage(format!("{raster}={v:?}: expected auto, expert or a count of row tiles (0: column tiles fastest)")))?)),
     };
     Ok(LayerSwitches {
         gather_first: var(gather).as_deref() != Some("0"),
@@ -166,29 +166,29 @@ fn parse_ab(spec: &str) -> Result<AbSettings, CliError> {
     let mut ab = AbSettings::default();
     for part in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         let Some((name, value)) = part.split_once('=') else {
-            return Err(fail(format!("--ab: {part:?} is not NAME=VALUE")));
+            return Err(usage(format!("--ab: {part:?} is not NAME=VALUE")));
         };
         let (name, value) = (name.trim().to_string(), value.trim().to_string());
         if name == AB_INPUTS {
             // the names of `--inputs` (clap's, so the two cannot drift apart)
-            let arg = <InputsArg as clap::ValueEnum>::from_str(&value, false).map_err(|_| fail(format!("--ab: {AB_INPUTS}={value:?}: expected normal or uniform")))?;
+            let arg = <InputsArg as clap::ValueEnum>::from_str(&value, false).map_err(|_| usage(format!("--ab: {AB_INPUTS}={value:?}: expected normal or uniform")))?;
             ab.inputs = Some(arg.dist());
         } else if name == AB_SEED {
             ab.seed_from_a = match value.as_str() {
                 "1" => true,
                 "0" => false,
-                _ => return Err(fail(format!("--ab: {AB_SEED}={value:?}: expected 1 or 0"))),
+                _ => return Err(usage(format!("--ab: {AB_SEED}={value:?}: expected 1 or 0"))),
             };
         } else if LAYER_VARIABLES.contains(&name.as_str()) {
             ab.layer.push((name, value));
         } else if KernelSettings::VARIABLES.contains(&name.as_str()) {
             ab.kernel.push((name, value));
         } else {
-            return Err(fail(format!("--ab: {name} is not a setting ({}, {}, {AB_INPUTS}, {AB_SEED})", KernelSettings::VARIABLES.join(", "), LAYER_VARIABLES.join(", "))));
+            return Err(usage(format!("--ab: {name} is not a setting ({}, {}, {AB_INPUTS}, {AB_SEED})", KernelSettings::VARIABLES.join(", "), LAYER_VARIABLES.join(", "))));
         }
     }
     if ab == AbSettings::default() {
-        return Err(fail("--ab: no settings given".into()));
+        return Err(usage("--ab: no settings given".into()));
     }
     Ok(ab)
 }
@@ -203,6 +203,11 @@ fn preset(name: &str) -> Option<(usize, usize, usize, usize)> {
     })
 }
 
+/// An argument (or an `--ab`/environment setting) that cannot be carried out, found before any GPU work.
+fn usage(msg: String) -> CliError {
+    CliError::Usage(msg)
+}
+/// A failure of the run itself (the GPU, the baseline, the oracle check).
 fn fail(msg: String) -> CliError {
     CliError::Gpu(GpuRunError::Unsupported(msg))
 }
@@ -555,51 +560,51 @@ const MAX_GPU_BYTES: u128 = 192 << 30;
 fn check_size(preset: &str, t: usize, h: usize, k: usize) -> Result<(), CliError> {
     let rows = t as u128 * k as u128;
     if rows > i32::MAX as u128 {
-        return Err(fail(format!("--tokens {t} is too large for {preset}: {t} x top-k {k} = {rows} dispatched rows exceed the kernels' 32-bit row indices")));
+        return Err(usage(format!("--tokens {t} is too large for {preset}: {t} x top-k {k} = {rows} dispatched rows exceed the kernels' 32-bit row indices")));
     }
     let x_bytes = t as u128 * h as u128 * 2;
     if x_bytes > MAX_GPU_BYTES {
-        return Err(fail(format!("--tokens {t} is too large for {preset}: X alone would take {} GiB in bf16, more than one GPU holds", x_bytes >> 30)));
+        return Err(usage(format!("--tokens {t} is too large for {preset}: X alone would take {} GiB in bf16, more than one GPU holds", x_bytes >> 30)));
     }
     Ok(())
 }
 
 pub fn run(args: &BenchGpuArgs) -> Result<(), CliError> {
-    let (h, i, e, k) = preset(&args.preset).ok_or_else(|| fail(format!("unknown preset {:?} (qwen3-30b-a3b, qwen3-235b-a22b, olmoe-1b-7b, mixtral-8x7b)", args.preset)))?;
+    let (h, i, e, k) = preset(&args.preset).ok_or_else(|| usage(format!("unknown preset {:?} (qwen3-30b-a3b, qwen3-235b-a22b, olmoe-1b-7b, mixtral-8x7b)", args.preset)))?;
     let t = args.tokens;
     if t == 0 {
-        return Err(fail("--tokens must be positive".into()));
+        return Err(usage("--tokens must be positive".into()));
     }
     check_size(&args.preset, t, h, k)?;
     if !(1..=MAX_REPS).contains(&args.reps) {
-        return Err(fail(format!("--reps {}: give 1 to {MAX_REPS} timed repetitions", args.reps)));
+        return Err(usage(format!("--reps {}: give 1 to {MAX_REPS} timed repetitions", args.reps)));
     }
     if !(2..=4).contains(&args.stages) {
-        return Err(fail(format!("--stages {}: the pipeline depth is 2, 3 or 4", args.stages)));
+        return Err(usage(format!("--stages {}: the pipeline depth is 2, 3 or 4", args.stages)));
     }
     if args.heat_ms > MAX_HEAT_MS {
-        return Err(fail(format!("--heat-ms {}: at most {MAX_HEAT_MS} (ten minutes)", args.heat_ms)));
+        return Err(usage(format!("--heat-ms {}: at most {MAX_HEAT_MS} (ten minutes)", args.heat_ms)));
     }
     if args.kernel_energy_ms > MAX_KERNEL_ENERGY_MS {
-        return Err(fail(format!("--kernel-energy-ms {}: at most {MAX_KERNEL_ENERGY_MS} (a minute per kernel)", args.kernel_energy_ms)));
+        return Err(usage(format!("--kernel-energy-ms {}: at most {MAX_KERNEL_ENERGY_MS} (a minute per kernel)", args.kernel_energy_ms)));
     }
     if args.kernel_energy_ms > 0 && args.ab.is_some() {
-        return Err(fail("--kernel-energy-ms measures one layer: not with --ab".into()));
+        return Err(usage("--kernel-energy-ms measures one layer: not with --ab".into()));
     }
     // (checked before the GPU work, which a typo would otherwise waste)
     if let Some(script) = args.baseline.as_ref().filter(|s| !s.is_file()) {
-        return Err(fail(format!("--baseline {}: no such file (bash kernels/tools/stage_gpu.sh stages the baselines into .gpu/bench/)", script.display())));
+        return Err(usage(format!("--baseline {}: no such file (bash kernels/tools/stage_gpu.sh stages the baselines into .gpu/bench/)", script.display())));
     }
     let mut engines: Vec<Engine> = Vec::new();
     for name in args.engines.split(',').map(str::trim) {
         match ENGINES.iter().find(|(n, _)| *n == name) {
             Some(&(_, e)) => engines.push(e),
-            None => return Err(fail(format!("unknown engine {name:?} ({})", ENGINES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")))),
+            None => return Err(usage(format!("unknown engine {name:?} ({})", ENGINES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")))),
         }
     }
     let ab = args.ab.as_deref().map(parse_ab).transpose()?;
     if ab.is_some() && (engines.len() != 1 || args.baseline.is_some()) {
-        return Err(fail("--ab compares one engine under two settings: give --engines with one engine, and no --baseline".into()));
+        return Err(usage("--ab compares one engine under two settings: give --engines with one engine, and no --baseline".into()));
     }
     // the persistent engine's layer switches, A's from the environment and B's with --ab's assignments over it
     // (read before any GPU work, so that a bad value is an error up front)
