@@ -784,9 +784,6 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
 
     if (role == 0) {  // producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WS_PRODUCER_REGS));
-#ifdef WS_STAGGER_NS  // experiment: start the blocks at 4 different times, so that their epilogues do not coincide
-        for (int i = 0; i < (int)(blockIdx.x & 3); ++i) __nanosleep(WS_STAGGER_NS);
-#endif
         unsigned it = 0;
         WsGatherA gather;
         WsWgrad wgrad;
@@ -906,9 +903,6 @@ __device__ __forceinline__ void ws_gemm(const FastGemmParams& p, const TmaDesc* 
     } else {  // consumers: warpgroup role - 1 owns rows 64 * (role - 1) .. + 64 of each tile
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WS_CONSUMER_REGS));
         const int wg = role - 1, lane = tid & 31, wq = warp & 3;
-#ifdef WS_EXP_LAG_NS  // experiment: warpgroup 1 starts later, so that the warpgroups' epilogues need not coincide
-        if (wg == 1) __nanosleep(WS_EXP_LAG_NS);  // (no faster at 1000 or 3000 ns: session 19, s19c.sh)
-#endif
         const bool leader = (tid & 127) == 0;  // issues and waits for this warpgroup's TMA stores
         WsOut out{sbase + WS_STAGES * WG_STAGE_BYTES + wg * WS_STAGE_OUT_BYTES, 0u, wg, leader};
         const int r_in = wg * 64 + wq * 16 + (lane >> 2), c_in = (lane & 3) * 2;
