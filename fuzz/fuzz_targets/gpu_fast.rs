@@ -12,8 +12,9 @@
 //! moe_kernels without coverage counters: with them the check's threads contend for the counters, and one
 //! input of the largest shape took 248 s on 16 cores; a plain `cargo +nightly fuzz build gpu_fast --release`
 //! still works, slower)
-//! (`-len_control=0`: at libFuzzer's default the inputs stay a few bytes long for minutes, every later byte
-//! reads 0, and every run is plain SwiGLU with k = 1 on one engine)
+//! (`-len_control=0`: at libFuzzer's default the inputs stay a few bytes long for minutes; an input shorter
+//! than the 12 bytes the decoding reads is padded from a stream seeded by its bytes (`FuzzParams::decode`),
+//! so it is still an arbitrary case, not plain SwiGLU with k = 1 on one engine as with zeros)
 //! (the CUDA driver needs ASan's shadow gap unprotected; the driver's one-time allocations read as leaks).
 //! `fuzz/corpus/gpu_fast/` holds seeds named for what they cover (both activations, every engine, all slots
 //! unused, zero tokens, one token, a row tile plus one, two row tiles, the largest shape), replayed by
