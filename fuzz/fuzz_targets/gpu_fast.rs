@@ -47,7 +47,11 @@ fuzz_target!(|data: &[u8]| {
     // checks' dots took the certified path, an input of a few hundred tokens took tens of seconds (s34b-s34c:
     // 0.05-1 inputs a second), most of it the tokens' rows (7·I·H products a row, against 3·I·H a row for
     // all the weight gradients).
-    if let Err(msg) = FuzzCase::decode(data, kern.wgmma).run_and_check(gpu, kern) {
+    let case = FuzzCase::decode(data, kern.wgmma);
+    // one line an input, before it runs: a hang or a timeout then names its case, and the log shows which
+    // shapes and engines the run covered (libFuzzer cannot: it sees none of the kernels' branches)
+    eprintln!("case {}", case.what);
+    if let Err(msg) = case.run_and_check(gpu, kern) {
         panic!("{msg}");
     }
 });

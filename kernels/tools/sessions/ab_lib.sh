@@ -22,6 +22,9 @@ fuzz_gpu_fast() {
         -max_len=16 -len_control=0 -rss_limit_mb=8192 -report_slow_units=60 -artifact_prefix=$OUT/ /tmp/gpu_fast_corpus > $OUT/fuzz.log 2>&1
     echo "== fuzz gpu_fast rc $? for $1 s ($(ls /tmp/gpu_fast_corpus | wc -l) corpus units) at ${SECONDS}s"
     grep -E "INITED|^#[0-9]+.*(DONE|pulse)|panicked|SUMMARY|crash-|Slowest unit" $OUT/fuzz.log | tail -8
+    # what the inputs covered (the target prints each input's case): engines, and T past one row tile
+    grep '^case ' $OUT/fuzz.log | grep -o 'engine [a-z-]*' | sort | uniq -c | tr '\n' ' '; echo
+    echo "cases $(grep -c '^case ' $OUT/fuzz.log), T > 128 in $(grep '^case ' $OUT/fuzz.log | grep -cE 'T=(129|1[3-9][0-9]|2[0-9][0-9])'), E = 8 in $(grep -c '^case .* E=8 ' $OUT/fuzz.log)"
 }
 # `gpu_fast_all` runs every gpu_fast test (REQUIRE_GPU=1; 118-184 s in sessions 21-23) into $OUT/gpu_fast.log and prints a summary.
 gpu_fast_all() {
