@@ -101,8 +101,9 @@ pub struct FuzzParams {
 /// The bytes a fuzz input decodes from: its own, then (for inputs shorter than the 12 the decoding reads) a
 /// splitmix64 stream seeded by an FNV-1a hash of the input. Not zeros: libFuzzer sees only the decoding's
 /// branches (the kernels run on the GPU and the check is built without coverage counters), so it keeps
-/// ever shorter inputs, and with zeros past the end every such input was H = I = 8, E = k = 1 on the first
-/// engine (s35b: its corpus shrank to five units of 1-12 bytes).
+/// ever shorter inputs (s35b: five units of 1-12 bytes, 38 in all). With zeros past the end, every input
+/// shorter than 11 bytes ran on the first engine (mma, not the default ws) and every one shorter than 10 with
+/// seed 1; one shorter than 3 bytes was H = I = 8, E = k = 1.
 fn fuzz_bytes(data: &[u8]) -> impl Iterator<Item = u8> + '_ {
     let mut state = data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)) ^ data.len() as u64;
     let pad = std::iter::repeat_with(move || {
@@ -175,7 +176,7 @@ mod tests {
 
     /// Inputs shorter than 12 bytes (what libFuzzer keeps, as it sees none of the kernels' branches) still
     /// cover the shapes, activations and engines: each of the 256 one-byte inputs, and the empty one, decodes
-    /// from its own padding. With zeros past the end they were all H = I = 8, E = k = 1 on "mma".
+    /// from its own padding. With zeros past the end they were all H = I = 8, E = k = 1, seed 1, on "mma".
     #[test]
     fn short_fuzz_inputs_decode_to_varied_cases() {
         let all: Vec<FuzzParams> = std::iter::once(vec![]).chain((0..=255u8).map(|b| vec![b])).map(|d| FuzzParams::decode(&d, true)).collect();

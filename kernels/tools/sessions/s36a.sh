@@ -2,8 +2,8 @@
 # Session 36 (after `bash kernels/tools/stage_gpu.sh`; carry [".gpu"]; END s, default 540): on an H200 the burst
 # rounds of both presets, then the heated ones (no round starts after UNTIL s, default 330), as s33b.sh; then,
 # on any card, the gpu_fast fuzz target from the seeds for what is left (at least 60 s). Its inputs shorter
-# than 12 bytes now decode from their own padding, not zeros (s35b's 1,485 inputs were mostly 1-12-byte units:
-# H = I = 8, E = k = 1 on the mma engine wherever the input ended early).
+# than 12 bytes now decode from their own padding, not zeros (s35b's corpus shrank to 1-12-byte units; with
+# zeros, an input shorter than 11 bytes ran on the mma engine, one shorter than 10 with seed 1).
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/s36a}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
