@@ -102,7 +102,7 @@ pub struct FuzzParams {
 /// splitmix64 stream seeded by an FNV-1a hash of the input. Not zeros: libFuzzer sees only the decoding's
 /// branches (the kernels run on the GPU and the check is built without coverage counters), so it keeps
 /// ever shorter inputs (s35b: five units of 1-12 bytes, 38 in all). With zeros past the end, every input
-/// shorter than 11 bytes ran on the first engine (mma, not the default ws) and every one shorter than 10 with
+/// shorter than 11 bytes ran on the first engine (mma, not the default ws) and every one shorter than 9 with
 /// seed 1; one shorter than 3 bytes was H = I = 8, E = k = 1.
 fn fuzz_bytes(data: &[u8]) -> impl Iterator<Item = u8> + '_ {
     let mut state = data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)) ^ data.len() as u64;
