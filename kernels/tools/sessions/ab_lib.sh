@@ -4,6 +4,14 @@
 # AB_HEAT=MS heats first (`--heat-ms MS`: A runs that long back to back, then the interleaved rounds).
 # `layer_tests BINDIR UNTIL` runs the layer_api and gpu_layer GPU tests of a staged build (e.g. .gpu/bin) into
 # $OUT, each only if the script has run less than UNTIL seconds.
+# `session_start NAME`: a session script's preamble, after sourcing this file: CUDA's libraries on the path,
+# $OUT (the device's, or /tmp/NAME elsewhere) made, the card's name and the core count printed.
+session_start() {
+    export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+    OUT=${OUT:-/tmp/$1}; mkdir -p $OUT
+    nvidia-smi --query-gpu=name --format=csv,noheader
+    nproc
+}
 ab() { # preset reps label setting
     [ $SECONDS -gt ${AB_UNTIL:-430} ] && return
     local s=$SECONDS

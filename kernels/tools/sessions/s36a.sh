@@ -4,12 +4,9 @@
 # on any card, the gpu_fast fuzz target from the seeds for what is left (at least 60 s). Its inputs shorter
 # than 12 bytes now decode from their own padding, not zeros (s35b's corpus shrank to 1-12-byte units; with
 # zeros, an input shorter than 11 bytes ran on the mma engine, one shorter than 9 with seed 1).
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/s36a}; mkdir -p $OUT
 source kernels/tools/sessions/ab_lib.sh
+session_start s36a
 UNTIL=${UNTIL:-330}
-nvidia-smi --query-gpu=name --format=csv,noheader
-nproc
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader)" in
     *H200*) h200_burst $UNTIL burst; baselines $UNTIL heated ;;
     *) echo "not an H200: no rounds" ;;
