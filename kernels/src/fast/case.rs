@@ -187,7 +187,8 @@ mod tests {
         assert_eq!(distinct(&|p| p.gather_first.to_string()), 2, "gather first or not");
         assert!(distinct(&|p| p.dims.hidden.to_string()) >= 25 && distinct(&|p| p.dims.inter.to_string()) >= 20, "H and I spread");
         assert!(all.iter().any(|p| p.dims.top_k > 1 && p.unused > 0.0 && p.dims.tokens > 128), "k > 1 with unused slots past a row tile");
-        // the decoding is a function of the bytes, and a full-length input reads none of the padding
+        // the decoding is a function of the bytes, and bytes past the twelfth are ignored (a full-length input
+        // decodes as before the padding: `the_fuzz_seeds_decode_to_their_names` pins the seeds)
         assert_eq!(FuzzParams::decode(&[7], true), FuzzParams::decode(&[7], true));
         let full = [1u8, 2, 3, 4, 5, 6, 1, 2, 0, 9, 4, 1];
         let mut longer = full.to_vec();
