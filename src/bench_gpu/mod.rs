@@ -774,7 +774,7 @@ mod tests {
     fn row_tile_padding_counts_whole_tiles_and_halves() {
         // expert 0: 129 rows (2 tiles, 3 halves), expert 1: 64 (1 tile, 1 half), expert 2: none; -1 ignored
         let mut ids = vec![0i32; 129];
-        ids.extend(std::iter::repeat(1).take(64));
+        ids.extend(std::iter::repeat_n(1, 64));
         ids.push(-1);
         let p = row_tile_padding(&RowMap::build(ArrayView2::from_shape((ids.len(), 1), &ids).unwrap(), 3));
         assert_eq!(p, TilePadding { min_rows: 0, max_rows: 129, rows: 193, tiles: 3, halves: 4 });
