@@ -421,7 +421,7 @@ fn the_fuzz_seeds_pass() {
 }
 
 /// The seeds cover what their names say (no GPU needed): each file decodes to these parameters, worked out
-/// by hand from the byte layout in `FuzzCase::decode`.
+/// by hand from the byte layout in `FuzzParams::decode` (which `FuzzCase::decode` builds its case from).
 #[test]
 fn the_fuzz_seeds_decode_to_their_names() {
     let expected = [
@@ -440,6 +440,6 @@ fn the_fuzz_seeds_decode_to_their_names() {
     assert_eq!(names, expected.iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>(), "the seeds and this table differ");
     for (name, what) in expected {
         let data = std::fs::read(dir.join(name)).unwrap();
-        assert_eq!(moe_kernels::fast::case::FuzzCase::decode(&data, true).what, what, "{name}");
+        assert_eq!(moe_kernels::fast::case::FuzzParams::decode(&data, true).what(), what, "{name}");
     }
 }
