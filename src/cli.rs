@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use moe_reference::formats::{self, Format, Overflow};
 use moe_reference::gemm::Engine;
 use moe_reference::{layer, LayerInputs, Options};
@@ -27,6 +27,7 @@ use crate::case::{self, FloatDtype, ReadOptions};
 use crate::demo;
 use crate::error::one_line;
 use crate::error::CaseError;
+use crate::paths::{check_output, check_outputs};
 
 /// Exit status of every failure.
 pub const EXIT_ERROR: i32 = 2;
@@ -104,6 +105,9 @@ pub struct RunArgs {
     /// With --recipe: also run the exact oracle and print |emulated - exact| / bound per tensor.
     #[arg(long, requires = "recipe")]
     pub compare_exact: bool,
+    /// Refuse a case whose estimated memory exceeds this many GiB (default: this machine's memory).
+    #[arg(long, value_parser = crate::memory::parse_gib)]
+    pub max_memory_gib: Option<f64>,
     #[command(flatten)]
     pub common: CommonArgs,
 }
@@ -237,6 +241,12 @@ pub enum CliError {
     /// Arguments that cannot be carried out (`ep-plan`).
     #[error("{0}")]
     Usage(String),
+    /// The case would need more memory than allowed ([`crate::memory::check_fits`]).
+    #[error("{0}")]
+    Memory(String),
+    /// Finite inputs whose exact results overflow f64 ([`crate::overflow`]).
+    #[error("{0}")]
+    Overflow(String),
     /// `check`/`diagnose` ran and found a violation (its report is already printed): exit status 1.
     #[error("violations found")]
     Failed,
@@ -263,25 +273,6 @@ impl Progress {
 
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
-}
-
-/// Fail early (before any computation) when the output cannot be created.
-pub(crate) fn check_output(path: &Path) -> Result<(), CliError> {
-    let err = |why: String| Err(CliError::Output { path: path.to_path_buf(), why });
-    if path.as_os_str().is_empty() {
-        return err("empty path".into());
-    }
-    if path.is_dir() {
-        return err("is a directory".into());
-    }
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    if !dir.is_dir() {
-        return err(format!("directory {} does not exist", dir.display()));
-    }
-    Ok(())
 }
 
 /// What a run did, for the summary.
@@ -320,6 +311,11 @@ pub fn execute(
             (None, None)
         }
     };
+    if crate::overflow::inputs_finite(inputs) {
+        if let Some(why) = crate::overflow::first_non_finite(&fwd, bwd.as_ref()) {
+            return Err(CliError::Overflow(why));
+        }
+    }
     let t = Instant::now();
     let tensors = case::output_tensors(&fwd, bwd.as_ref(), common.intermediates)
         .map_err(|e| CliError::Write { path: out.to_path_buf(), source: e })?;
@@ -354,11 +350,24 @@ fn print_summary(title: &str, s: &RunSummary, out: &Path) {
 }
 
 fn run_case(path: &Path, args: &RunArgs) -> Result<(), CliError> {
-    check_output(&args.output)?;
+    let recipe_file = args.recipe.as_deref().map(Path::new).filter(|r| r.is_file());
+    let inputs: Vec<&Path> = std::iter::once(path).chain(recipe_file).collect();
+    check_outputs(&inputs, &[&args.output])?;
     let p = Progress { quiet: args.common.quiet };
     let t = Instant::now();
+    // Arguments first: a bad recipe is one error line, before the case is read.
+    let recipe = match &args.recipe {
+        Some(r) => Some(crate::emulated::load_recipe(r, args.accumulate.as_deref())?),
+        None => None,
+    };
     let opts = ReadOptions { allow_nonfinite: args.allow_nonfinite };
     let case = case::read_case(path, opts).map_err(|e| CliError::Case { path: path.to_path_buf(), source: e })?;
+    if args.device == DeviceArg::Cpu {
+        // The exact run holds one set of the oracle's arrays; an emulation about one more, and the exact
+        // run beside it for --compare-exact.
+        let copies = if recipe.is_none() { 1 } else if args.compare_exact { 3 } else { 2 };
+        crate::memory::check_fits(&path.display().to_string(), &case.inputs.cfg, copies, args.max_memory_gib)?;
+    }
     let c = &case.inputs.cfg;
     p.line(format_args!(
         "read {}: T={} H={} I={} E={} k={} ({} routing{}) in {:.1} ms",
@@ -378,9 +387,8 @@ fn run_case(path: &Path, args: &RunArgs) -> Result<(), CliError> {
         println!("moe-oracle run {} --device cuda: wrote {n} tensors to {} in {:.1} ms", path.display(), args.output.display(), ms(t));
         return Ok(());
     }
-    if let Some(r) = &args.recipe {
-        let recipe = crate::emulated::load_recipe(r, args.accumulate.as_deref())?;
-        let s = crate::emulated::execute(&case.inputs, &case.config_json, &args.output, &args.common, &recipe, args.bounds, args.compare_exact)?;
+    if let Some(recipe) = &recipe {
+        let s = crate::emulated::execute(&case.inputs, &case.config_json, &args.output, &args.common, recipe, args.bounds, args.compare_exact)?;
         print_summary(&format!("moe-oracle run {} --recipe {}", path.display(), recipe.name), &s, &args.output);
         return Ok(());
     }
@@ -390,10 +398,8 @@ fn run_case(path: &Path, args: &RunArgs) -> Result<(), CliError> {
 }
 
 fn run_demo(output: &Path, seed: u64, save_case: Option<&Path>, common: &CommonArgs) -> Result<(), CliError> {
-    check_output(output)?;
-    if let Some(c) = save_case {
-        check_output(c)?;
-    }
+    let outputs: Vec<&Path> = std::iter::once(output).chain(save_case).collect();
+    check_outputs(&[], &outputs)?;
     let inputs = demo::demo_inputs(seed);
     case::validate_inputs(&inputs, ReadOptions::default()).map_err(CliError::Inputs)?;
     let cfg_json = case::config_json(&inputs.cfg);
@@ -468,7 +474,7 @@ fn round_to_f32(fmt: Format, x: f64, overflow: Overflow) -> f32 {
 /// and the metadata unchanged). Nothing is written when anything fails.
 pub fn cast_file(input: &Path, output: &Path, fmt: Format, overflow: Overflow) -> Result<Vec<CastedTensor>, CliError> {
     use safetensors::Dtype;
-    check_output(output)?;
+    check_outputs(&[input], &[output])?;
     let case_err = |e: CaseError| CliError::Case { path: input.to_path_buf(), source: e };
     let bytes = std::fs::read(input).map_err(|e| case_err(CaseError::io(input, e)))?;
     let (header_len, meta) = case::parse_framing(&bytes).map_err(case_err)?;
@@ -594,6 +600,12 @@ where
                 // --help, --version
                 let _ = e.print();
                 return 0;
+            }
+            if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                // No subcommand: clap's rendering would begin with the about line.
+                let names: Vec<String> = Cli::command().get_subcommands().map(|c| c.get_name().to_string()).collect();
+                print_error(&format!("a subcommand is required: {} (see moe-oracle --help)", names.join(", ")));
+                return EXIT_ERROR;
             }
             // clap's message, up to its usage block, on one line.
             let rendered = e.render().to_string();

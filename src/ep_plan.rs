@@ -69,7 +69,10 @@ pub fn run(args: &EpPlanArgs) -> Result<(), CliError> {
     let layer = args.preset.layer();
     let (e, k, h, r) = (layer.experts, layer.top_k, layer.hidden, args.ep_ranks);
     let bad = |m: String| Err(CliError::Usage(m));
-    if r == 0 || !e.is_multiple_of(r) {
+    if r == 0 {
+        return bad("--ep-ranks 0: at least 1 rank".into());
+    }
+    if !e.is_multiple_of(r) {
         return bad(format!("--ep-ranks {r}: {}'s {e} experts must split evenly over the ranks", args.preset.name()));
     }
     let tokens = args.tokens_per_rank.saturating_mul(r);

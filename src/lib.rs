@@ -16,6 +16,9 @@ pub mod ep_plan;
 pub mod error;
 pub mod golden;
 pub mod gpu;
+pub mod memory;
+pub mod overflow;
+pub mod paths;
 
 pub use case::{read_case, write_case, write_outputs, Case, FloatDtype, ReadOptions, TensorData};
 pub use error::CaseError;

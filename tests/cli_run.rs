@@ -284,3 +284,59 @@ fn help_exits_zero() {
     assert_eq!(o.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&o.stdout).contains("--allow-nonfinite"));
 }
+
+#[test]
+fn refused_before_the_work_in_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out.safetensors");
+    let good = random_inputs(&cfg(4, false), 5);
+    let case_path = d.path().join("case.safetensors");
+    write_case(&case_path, &good, FloatDtype::F64).unwrap();
+    let before = std::fs::read(&case_path).unwrap();
+
+    // An output naming the input (spelt differently) would replace it: refused, the case untouched.
+    let same = d.path().join(".").join("case.safetensors");
+    assert_fails(&oracle(&["run", p(&case_path), "-o", p(&same)]), &out, "is the input");
+    assert_eq!(std::fs::read(&case_path).unwrap(), before);
+    let o = oracle(&["cast", p(&case_path), "-o", p(&case_path), "--format", "bf16"]);
+    assert_fails(&o, &out, "is the input");
+    assert_eq!(std::fs::read(&case_path).unwrap(), before);
+    let o = oracle(&["demo", "-o", p(&out), "--save-case", p(&out)]);
+    assert_fails(&o, &out, "also given as the output");
+
+    // A bad recipe is refused before the case is read (no progress line before the error).
+    assert_fails(&oracle(&["run", p(&case_path), "-o", p(&out), "--recipe", "bogus"]), &out, "unknown recipe 'bogus'");
+
+    // More memory than allowed: refused from the config alone (this 4-token case needs ~0.01 MiB).
+    let o = oracle(&["run", p(&case_path), "-o", p(&out), "--max-memory-gib", "1e-9"]);
+    assert_fails(&o, &out, "(estimate), more than");
+    assert_fails(&oracle(&["run", p(&case_path), "-o", p(&out), "--max-memory-gib", "0"]), &out, "above 0");
+    let o = oracle(&["run", p(&case_path), "-o", p(&out), "--max-memory-gib", "1", "-q"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::remove_file(&out).unwrap();
+
+    // No subcommand: say so.
+    assert_fails(&oracle(&[]), &out, "a subcommand is required: run, demo");
+}
+
+#[test]
+fn finite_inputs_whose_exact_results_overflow_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out.safetensors");
+    let mut big = random_inputs(&cfg(4, false), 5);
+    // Each factor finite, their products beyond f64 (the clamped SwiGLU would bound a large x alone).
+    big.x.mapv_inplace(|v| v * 1e200);
+    big.w13.mapv_inplace(|v| v * 1e200);
+    let case_path = d.path().join("big.safetensors");
+    write_case(&case_path, &big, FloatDtype::F64).unwrap();
+    let o = oracle(&["run", p(&case_path), "-o", p(&out), "-q"]);
+    assert_fails(&o, &out, "overflow f64");
+    // `check` cannot hold a candidate to such a case either (the candidate: a good case's exact run).
+    let good_path = d.path().join("good.safetensors");
+    write_case(&good_path, &random_inputs(&cfg(4, false), 5), FloatDtype::F64).unwrap();
+    let cand = d.path().join("cand.safetensors");
+    assert!(oracle(&["run", p(&good_path), "-o", p(&cand), "-q"]).status.success());
+    let o = oracle(&["check", p(&case_path), "--candidate", p(&cand)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("overflow f64"), "{}", stderr(&o));
+}

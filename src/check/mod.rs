@@ -44,12 +44,16 @@ pub struct CompareArgs {
     /// must then match the emulation up to storage rounding).
     #[arg(long)]
     pub same_schedule: bool,
+    /// Refuse a case whose estimated memory (the exact run, the recipe's emulation and the candidate)
+    /// exceeds this many GiB (default: this machine's memory).
+    #[arg(long, value_parser = crate::memory::parse_gib)]
+    pub max_memory_gib: Option<f64>,
 }
 
 impl CompareArgs {
     /// Read both files and run the oracle and the recipe's emulation ([`Context::load_with`]).
     pub fn load(&self) -> Result<Context, CliError> {
-        Context::load_with(&self.case, &self.candidate, self.recipe.as_deref(), self.same_schedule)
+        Context::load_limited(&self.case, &self.candidate, self.recipe.as_deref(), self.same_schedule, self.max_memory_gib)
     }
 }
 
@@ -84,9 +88,23 @@ impl Context {
 
     /// [`Context::load`], with the kernel declared to follow the recipe's accumulation schedule.
     pub fn load_with(case_path: &Path, cand_path: &Path, recipe: Option<&str>, same_schedule: bool) -> Result<Context, CliError> {
+        Self::load_limited(case_path, cand_path, recipe, same_schedule, None)
+    }
+
+    /// [`Context::load_with`], refusing a case whose estimated memory exceeds `max_memory_gib` (default:
+    /// the machine's memory) before the oracle runs.
+    pub fn load_limited(
+        case_path: &Path,
+        cand_path: &Path,
+        recipe: Option<&str>,
+        same_schedule: bool,
+        max_memory_gib: Option<f64>,
+    ) -> Result<Context, CliError> {
         let case = case::read_case(case_path, ReadOptions::default())
             .map_err(|e| CliError::Case { path: case_path.to_path_buf(), source: e })?;
         let recipe = crate::emulated::load_recipe(recipe.unwrap_or(&case.inputs.cfg.recipe), None)?;
+        // The exact run, the emulation and the candidate: about three sets of the oracle's arrays.
+        crate::memory::check_fits(&case_path.display().to_string(), &case.inputs.cfg, 3, max_memory_gib)?;
         let opt = Options::default();
         let exact_fwd = layer::forward(&case.inputs, opt);
         let cand = candidate::read_candidate(cand_path, &case.inputs.cfg, &exact_fwd.rows)
@@ -99,6 +117,9 @@ impl Context {
             )));
         }
         let exact_bwd = case.inputs.dy.as_ref().map(|dy| layer::backward(&case.inputs, &exact_fwd, dy.view(), opt));
+        if let Some(why) = crate::overflow::first_non_finite(&exact_fwd, exact_bwd.as_ref()) {
+            return Err(CliError::Overflow(format!("{}: {why}", case_path.display())));
+        }
         let opts = emulate::EmulateOptions { keep_quantised: true, same_schedule, deviations: true };
         let em = emulate::run_opts(&case.inputs, &recipe, opt, opts).map_err(|e| CliError::Recipe(e.to_string()))?;
         Ok(Context { case, case_path: case_path.to_path_buf(), recipe, exact_fwd, exact_bwd, em, cand, same_schedule })
@@ -190,25 +211,6 @@ pub fn check(ctx: &Context) -> CheckReport {
     }
 }
 
-/// Fail early when a report cannot be written where asked.
-pub fn check_report_path(path: &Path) -> Result<(), CliError> {
-    let err = |why: &str| Err(CliError::Output { path: path.to_path_buf(), why: why.into() });
-    if path.as_os_str().is_empty() {
-        return err("empty path");
-    }
-    if path.is_dir() {
-        return err("is a directory");
-    }
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    if !dir.is_dir() {
-        return Err(CliError::Output { path: path.to_path_buf(), why: format!("directory {} does not exist", dir.display()) });
-    }
-    Ok(())
-}
-
 /// Write a JSON value to `path` atomically (temporary file, then rename).
 pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(value).expect("reports serialise");
@@ -225,9 +227,8 @@ pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), Cli
 
 /// The `check` command: exit 0 pass, 1 violation ([`CliError::Failed`]), 2 bad input.
 pub fn run(args: &CheckArgs) -> Result<(), CliError> {
-    if let Some(j) = &args.json {
-        check_report_path(j)?;
-    }
+    let c = &args.compare;
+    crate::paths::check_outputs(&[&c.case, &c.candidate], &args.json.iter().map(|j| j.as_path()).collect::<Vec<_>>())?;
     let ctx = args.compare.load()?;
     let rep = check(&ctx);
     print!("{}", rep.human());

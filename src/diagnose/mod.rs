@@ -12,12 +12,12 @@ pub mod plot;
 pub mod replay;
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use serde::Serialize;
 
-use crate::check::{check_report_path, compare, write_json, CompareArgs, Context, Worst};
+use crate::check::{compare, write_json, CompareArgs, Context, Worst};
 use crate::cli::CliError;
 use blame::{Blame, FeatureRange};
 use patterns::Pattern;
@@ -204,9 +204,9 @@ impl Diagnosis {
 
 /// The `diagnose` command.
 pub fn run(args: &DiagnoseArgs) -> Result<(), CliError> {
-    for p in [&args.json, &args.plot].into_iter().flatten() {
-        check_report_path(p)?;
-    }
+    let c = &args.compare;
+    let outputs: Vec<&Path> = [&args.json, &args.plot].into_iter().flatten().map(|p| p.as_path()).collect();
+    crate::paths::check_outputs(&[&c.case, &c.candidate], &outputs)?;
     let ctx = args.compare.load()?;
     let (d, st) = diagnose(&ctx)?;
     print!("{}", d.human());

@@ -16,7 +16,6 @@ pub mod curated;
 pub mod inputs;
 pub mod preset;
 pub mod recipe;
-pub mod size;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -28,6 +27,9 @@ use moe_reference::{layer, Backward, Forward, LayerInputs, MoeConfig, Options};
 
 use crate::case::{self, TensorData};
 use crate::error::CaseError;
+
+/// Default limit of `--max-memory-gib` (the estimate of [`crate::memory::estimate_bytes`]).
+pub const DEFAULT_MAX_GIB: f64 = 8.0;
 
 pub use inputs::Scenario;
 pub use preset::Preset;
@@ -85,7 +87,7 @@ pub struct GoldenArgs {
     #[arg(long)]
     pub intermediates: bool,
     /// Refuse sizes whose estimated memory exceeds this many GiB.
-    #[arg(long, default_value_t = size::DEFAULT_MAX_GIB)]
+    #[arg(long, default_value_t = DEFAULT_MAX_GIB, value_parser = crate::memory::parse_gib)]
     pub max_memory_gib: f64,
     /// Output file (safetensors).
     #[arg(short, long)]
@@ -129,12 +131,12 @@ impl GoldenArgs {
         };
         let bad = |why: String| GoldenError::Args { preset: self.preset.name(), why };
         cfg.validate().map_err(|e| bad(e.to_string()))?;
-        let need = size::estimate_bytes(&cfg);
+        let need = crate::memory::estimate_bytes(&cfg);
         let limit = self.max_memory_gib;
         if !(limit.is_finite() && limit >= 0.0) {
             return Err(bad(format!("--max-memory-gib must be a finite number >= 0 (got {limit})")));
         }
-        if size::gib(need) > limit {
+        if crate::memory::gib(need) > limit {
             let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
             return Err(GoldenError::TooLarge {
                 preset: self.preset.name(),
@@ -143,7 +145,7 @@ impl GoldenArgs {
                 i,
                 e,
                 k,
-                need: size::gib(need),
+                need: crate::memory::gib(need),
                 limit,
             });
         }
@@ -312,7 +314,7 @@ pub fn write_golden(args: &GoldenArgs) -> Result<Golden, GoldenError> {
 
 /// The `golden` subcommand: check the output path, generate, write, print a summary on stdout.
 pub fn run_cli(args: &GoldenArgs) -> Result<(), crate::cli::CliError> {
-    crate::cli::check_output(&args.output)?;
+    crate::paths::check_output(&args.output)?;
     let g = write_golden(args)?;
     let c = &g.inputs.cfg;
     let rows = g.forward.rows.rows();

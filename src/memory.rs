@@ -1,10 +1,11 @@
-//! How much memory generating a golden case needs, computed before anything is allocated, so an absurd size
-//! is refused with one line instead of being killed by the kernel half-way.
+//! How much memory the oracle needs for a layer, computed from the config before anything large is
+//! allocated, so that an absurd size is refused with one line (exit 2) instead of aborting in the
+//! allocator or being killed half-way. `golden` limits it by `--max-memory-gib` (default 8); `run`,
+//! `check` and `diagnose` by `--max-memory-gib`, default this machine's physical memory.
 
 use moe_reference::MoeConfig;
 
-/// Default limit of `--max-memory-gib`.
-pub const DEFAULT_MAX_GIB: f64 = 8.0;
+use crate::cli::CliError;
 
 /// Estimated peak bytes of generating the case (an upper-leaning estimate, not a measurement): f64 inputs,
 /// the oracle's forward and backward arrays, its GEMM operand slices, and the stored copies written out.
@@ -41,6 +42,43 @@ pub fn estimate_bytes(cfg: &MoeConfig) -> u128 {
 /// Bytes as GiB for messages.
 pub fn gib(bytes: u128) -> f64 {
     bytes as f64 / f64::powi(2.0, 30)
+}
+
+/// This machine's physical memory (`MemTotal` of /proc/meminfo), if known.
+pub fn physical_bytes() -> Option<u128> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u128 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// `--max-memory-gib`'s parser: a finite number of GiB above zero.
+pub fn parse_gib(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("expected a number of GiB above 0, got '{s}'")),
+    }
+}
+
+/// Refuse, before the work, a layer whose `copies` oracle-sized sets of arrays (1 for the exact run; more
+/// when an emulation and a candidate are held beside it) would need more than `limit_gib` (default: the
+/// physical memory; no limit when that is unknown). `what` (the case file) begins the message.
+pub fn check_fits(what: &str, cfg: &MoeConfig, copies: u32, limit_gib: Option<f64>) -> Result<(), CliError> {
+    let (limit, source) = match limit_gib {
+        Some(l) => (l, "--max-memory-gib"),
+        None => match physical_bytes() {
+            Some(b) => (gib(b), "this machine's memory; --max-memory-gib raises it"),
+            None => return Ok(()),
+        },
+    };
+    let need = gib(estimate_bytes(cfg).saturating_mul(u128::from(copies)));
+    if need > limit {
+        let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
+        return Err(CliError::Memory(format!(
+            "{what}: T={t} H={h} I={i} E={e} k={k} needs about {need:.1} GiB (estimate), more than {limit:.1} GiB ({source})"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
