@@ -309,6 +309,110 @@ fn header_garbage() {
     assert_has(&parse_case(&bytes, ReadOptions::default()).unwrap_err().to_string(), &["malformed"]);
 }
 
+/// `bytes` (a safetensors file) with its header JSON text replaced by `edit`'s.
+fn with_header(bytes: &[u8], edit: impl FnOnce(&str) -> String) -> Vec<u8> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let h = edit(std::str::from_utf8(&bytes[8..8 + n]).unwrap().trim_end());
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(h.as_bytes());
+    out.extend_from_slice(&bytes[8 + n..]);
+    out
+}
+
+/// `bytes` with `edit` applied to its header as a JSON value.
+fn with_header_value(bytes: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    with_header(bytes, |h| {
+        let mut v: serde_json::Value = serde_json::from_str(h).unwrap();
+        edit(&mut v);
+        v.to_string()
+    })
+}
+
+/// A file of this header and `data_len` zero bytes of data.
+fn file_of(header: &str, data_len: usize) -> Vec<u8> {
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend(std::iter::repeat_n(0u8, data_len));
+    out
+}
+
+fn parse_err(bytes: &[u8]) -> String {
+    let e = parse_case(bytes, ReadOptions::default()).expect_err("should be rejected").to_string();
+    assert!(!e.contains('\n'), "error must be one line: {e:?}");
+    e
+}
+
+#[test]
+fn header_entries_name_their_tensor_and_problem() {
+    use serde_json::json;
+    let d = tmp();
+    let bytes = std::fs::read(write(d.path(), "h.safetensors", &given(2))).unwrap();
+    parse_case(&with_header(&bytes, |h| h.to_string()), ReadOptions::default()).unwrap();
+    // F64 [2, 8] is 128 bytes, [2, 7] would be 112 (the safetensors crate names no tensor here).
+    let e = parse_err(&with_header_value(&bytes, |v| v["x"]["shape"] = json!([2, 7])));
+    assert_has(&e, &["malformed", "tensor `x`: shape [2, 7] of F64 needs 112 bytes", "hold 128"]);
+    let e = parse_err(&with_header_value(&bytes, |v| v["x"]["dtype"] = json!("F128")));
+    assert_has(&e, &["tensor `x`: dtype \"F128\" is not a safetensors dtype"]);
+    let e = parse_err(&with_header_value(&bytes, |v| v["x"]["extra_field"] = json!(1)));
+    assert_has(&e, &["tensor `x`: unknown field `extra_field`", "allowed: dtype, shape, data_offsets"]);
+    let e = parse_err(&with_header_value(&bytes, |v| {
+        v["x"].as_object_mut().unwrap().remove("shape");
+    }));
+    assert_has(&e, &["tensor `x`: header entry lacks `shape`"]);
+    let e = parse_err(&with_header_value(&bytes, |v| v["x"]["shape"] = json!([2, -8])));
+    assert_has(&e, &["tensor `x`: shape [2,-8] is not a list of non-negative integers"]);
+    let e = parse_err(&with_header_value(&bytes, |v| v["x"]["data_offsets"] = json!([0])));
+    assert_has(&e, &["tensor `x`: data_offsets [0] is not a pair"]);
+    let e = parse_err(&with_header_value(&bytes, |v| v["x"] = json!([1, 2])));
+    assert_has(&e, &["tensor `x`: header entry is an array"]);
+    // A key twice: JSON parsers keep one of them, so the file means different things to different readers.
+    let e = parse_err(&with_header(&bytes, |h| {
+        let v: serde_json::Value = serde_json::from_str(h).unwrap();
+        h.replacen("\"x\":{", &format!("\"x\":{},\"x\":{{", v["x"]), 1)
+    }));
+    assert_has(&e, &["tensor `x` appears twice in the header"]);
+    let e = parse_err(&with_header(&bytes, |h| {
+        let v: serde_json::Value = serde_json::from_str(h).unwrap();
+        let mut other = v["x"].clone();
+        other["data_offsets"] = json!([0, 0]);
+        other["shape"] = json!([0, 8]);
+        h.replacen("\"x\":{", &format!("\"x\":{other},\"x\":{{"), 1)
+    }));
+    assert_has(&e, &["tensor `x` appears twice in the header"]);
+    let e = parse_err(&with_header(&bytes, |h| {
+        h.replacen("\"moe.format\":", "\"moe.format\":\"2\",\"moe.format\":", 1)
+    }));
+    assert_has(&e, &["`__metadata__` gives `moe.format` twice"]);
+    let e = parse_err(&with_header_value(&bytes, |v| v["__metadata__"]["seed"] = json!(42)));
+    assert_has(&e, &["`__metadata__` entry `seed` is 42, not a string"]);
+}
+
+#[test]
+fn header_data_layout_problems_name_their_tensor() {
+    let t = |name: &str, dtype: &str, shape: &str, b: usize, e: usize| {
+        format!("\"{name}\":{{\"dtype\":\"{dtype}\",\"shape\":{shape},\"data_offsets\":[{b},{e}]}}")
+    };
+    let f = |entries: &[String], data: usize| file_of(&format!("{{{}}}", entries.join(",")), data);
+    let a = t("a", "F32", "[2]", 0, 8);
+    let e = parse_err(&f(&[a.clone(), t("b", "F32", "[2]", 4, 12)], 12));
+    assert_has(&e, &["tensor `b`: data_offsets [4, 12] overlap those of tensor `a` [0, 8]"]);
+    let e = parse_err(&f(&[a.clone(), t("b", "F32", "[2]", 12, 20)], 20));
+    assert_has(&e, &["bytes 8..12 of the data section belong to no tensor", "tensor `b` at [12, 20]"]);
+    let e = parse_err(&f(&[t("a", "F32", "[2]", 4, 12)], 12));
+    assert_has(&e, &["bytes 0..4 of the data section belong to no tensor", "tensor `a`"]);
+    let e = parse_err(&f(&[t("a", "F32", "[2]", 8, 0)], 8));
+    assert_has(&e, &["tensor `a`: data_offsets [8, 0] end before they begin"]);
+    let e = parse_err(&f(&[t("big", "F32", "[4294967296,4294967296,16]", 0, 8)], 8));
+    assert_has(&e, &["tensor `big`: shape [4294967296, 4294967296, 16] of F32 is too large to address"]);
+    let e = parse_err(&f(&[t("nib", "F4", "[3]", 0, 1)], 1));
+    assert_has(&e, &["tensor `nib`: shape [3] of F4 is not a whole number of bytes"]);
+    let e = parse_err(&f(&[a.clone(), t("b", "F32", "[2]", 8, 16)], 12));
+    assert_has(&e, &["truncated file", "needs 16 bytes (tensor `b` ends there), file has 12"]);
+    // Empty tensors may share an offset; the layout is otherwise read as the safetensors crate reads it.
+    let ok = f(&[t("e1", "F32", "[0]", 8, 8), a.clone(), t("e2", "F64", "[3,0]", 8, 8)], 8);
+    assert_has(&parse_err(&ok), &["missing `moe.format`"]);
+}
+
 #[test]
 fn metadata_problems() {
     let inp = given(2);

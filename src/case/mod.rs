@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use moe_reference::LayerInputs;
 use safetensors::Dtype;
 
+mod header;
 mod read;
 mod write;
 

@@ -8,11 +8,12 @@ use half::{bf16, f16};
 use moe_reference::{LayerInputs, MoeConfig};
 use ndarray::{Array2, ArrayD, Ix1, Ix2, Ix3, IxDyn};
 use safetensors::tensor::{Metadata, TensorInfo};
-use safetensors::{Dtype, SafeTensorError, SafeTensors};
+use safetensors::{Dtype, SafeTensors};
 
 use crate::check::coords::unflatten;
 use crate::error::{one_line, CaseError};
 
+use super::header::check_header;
 use super::{Case, ReadOptions, FORMAT, KEY_CONFIG, KEY_FORMAT, MAX_ELEMENTS};
 
 /// Upper bound on a safetensors header (JSON) this reader accepts.
@@ -142,42 +143,15 @@ pub(crate) fn parse_framing(bytes: &[u8]) -> Result<(usize, Metadata), CaseError
             len - 8
         )));
     }
+    // Checked here first so that every problem names its tensor; the crate's own checks then agree.
+    check_header(&bytes[8..8 + n], len - 8 - n)?;
     match SafeTensors::read_metadata(bytes) {
         Ok((n2, meta)) => {
             debug_assert_eq!(n, n2);
             Ok((n, meta))
         }
-        Err(SafeTensorError::MetadataIncompleteBuffer) => {
-            // The header parsed; the data section's length disagrees with the offsets it declares.
-            let have = len - 8 - n;
-            let need = declared_data_len(&bytes[8..8 + n]);
-            match need {
-                Some(need) if need > have => {
-                    Err(CaseError::Truncated(format!("tensor data needs {need} bytes, file has {have}")))
-                }
-                Some(need) => Err(CaseError::Malformed(format!(
-                    "{} bytes after the last tensor's data (tensors cover {need} of {have})",
-                    have - need
-                ))),
-                None => Err(CaseError::Malformed("data section does not match the header".into())),
-            }
-        }
         Err(err) => Err(CaseError::Malformed(one_line(&err.to_string()))),
     }
-}
-
-/// The end of the data section according to a (parseable) header.
-fn declared_data_len(header: &[u8]) -> Option<usize> {
-    let v: serde_json::Value = serde_json::from_slice(header).ok()?;
-    let mut end = 0usize;
-    for (name, t) in v.as_object()? {
-        if name == "__metadata__" {
-            continue;
-        }
-        let e = t.get("data_offsets")?.get(1)?.as_u64()? as usize;
-        end = end.max(e);
-    }
-    Some(end)
 }
 
 /// Parse `moe.config` JSON, validate it and check the size it implies.
