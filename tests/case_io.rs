@@ -144,8 +144,10 @@ fn extra_tensors_and_metadata_are_ignored() {
     let inp = given(4);
     let mut tensors = case_tensors(&inp, FloatDtype::F32);
     let junk = Array3::<f64>::zeros((2, 0, 3));
-    tensors.push(("y".into(), TensorData::f64(&junk)));
-    tensors.push(("anything.else".into(), TensorData::f64(&junk)));
+    // The format's outputs, intermediates, quantised copies, and golden files' emulated results and bounds.
+    for name in ["y", "grad.x", "fwd.anything", "bwd.da", "q.x", "q.x.scale", "bound.y", "emulated.grad.w2"] {
+        tensors.push((name.into(), TensorData::f64(&junk)));
+    }
     let mut meta = format_metadata(&case::config_json(&inp.cfg));
     meta.insert("seed".into(), "42".into());
     let d = tmp();
@@ -157,13 +159,50 @@ fn extra_tensors_and_metadata_are_ignored() {
 }
 
 #[test]
-fn given_topk_wins_over_routing_config() {
-    // routing set and topk given: the given topk is used, router.weight is optional.
+fn unknown_tensor_names_are_refused() {
+    let inp = random_inputs(&cfg(4, true), 2);
+    let junk = Array3::<f64>::zeros((2, 0, 3));
+    // `router.bais`: a misspelt selection bias, silently skipped, would change the routing.
+    for name in ["extra", "router.bais", "X", "grad.", "ys", "bounds.y"] {
+        let mut tensors = case_tensors(&inp, FloatDtype::F64);
+        tensors.push((name.into(), TensorData::f64(&junk)));
+        let d = tmp();
+        let p = d.path().join("u.safetensors");
+        write_tensors(&p, &format_metadata(&case::config_json(&inp.cfg)), &tensors).unwrap();
+        let e = read(&p).unwrap_err().to_string();
+        assert_has(&e, &[&format!("tensor `{name}` is not part of the case format"), "router.bias", "bound.*"]);
+        assert!(!e.contains('\n'));
+    }
+}
+
+#[test]
+fn given_routing_beside_a_routing_config_is_refused() {
+    // The format: routing is null when topk_ids/topk_weights are given.
     let mut inp = given(4);
     inp.cfg.routing = cfg(4, true).routing;
-    let c = read(&write(tmp().path(), "g.safetensors", &inp)).unwrap();
-    assert!(!c.routes_itself());
-    assert!(c.inputs.router_weight.is_none());
+    assert_has(&read_err(&inp), &["tensor `topk_ids` contradicts moe.config", "routing is set"]);
+    let mut with_router = random_inputs(&cfg(4, true), 3);
+    with_router.topk_ids = inp.topk_ids.clone();
+    with_router.topk_weights = inp.topk_weights.clone();
+    assert_has(&read_err(&with_router), &["tensor `topk_ids` contradicts moe.config"]);
+    with_router.topk_ids = None;
+    assert_has(&read_err(&with_router), &["tensor `topk_weights` contradicts moe.config"]);
+    // In-memory inputs the same way.
+    let e = case::validate_inputs(&inp, ReadOptions::default()).unwrap_err().to_string();
+    assert_eq!(e, read_err(&inp));
+}
+
+#[test]
+fn a_router_without_a_routing_config_is_refused() {
+    let routed = random_inputs(&cfg(4, true), 3);
+    let mut inp = given(4);
+    inp.router_weight = routed.router_weight.clone();
+    assert_has(&read_err(&inp), &["tensor `router.weight` contradicts moe.config", "routing is null"]);
+    let mut inp = given(4);
+    inp.router_bias = Some(ndarray::Array1::zeros(4));
+    assert_has(&read_err(&inp), &["tensor `router.bias` contradicts moe.config", "no router"]);
+    let e = case::validate_inputs(&inp, ReadOptions::default()).unwrap_err().to_string();
+    assert_eq!(e, read_err(&inp));
 }
 
 #[test]

@@ -64,8 +64,18 @@ pub fn parse_case(bytes: &[u8], opts: ReadOptions) -> Result<Case, CaseError> {
     // Which tensors are needed, their dtypes and shapes: all from the header, before converting anything.
     let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
     let info = |name: &str| meta.info(name);
-    let given =
-        decide_mode(&cfg, info("topk_ids").is_some(), info("topk_weights").is_some(), info("router.weight").is_some())?;
+    let mut names = meta.offset_keys();
+    names.sort();
+    if let Some(name) = names.iter().find(|n| !is_case_tensor(n)) {
+        return Err(CaseError::UnknownTensor { name: one_line(name) });
+    }
+    let given = decide_mode(
+        &cfg,
+        info("topk_ids").is_some(),
+        info("topk_weights").is_some(),
+        info("router.weight").is_some(),
+        info("router.bias").is_some(),
+    )?;
 
     let specs: [(&'static str, Kind, Vec<usize>, bool); 8] = [
         ("x", Kind::Float, vec![t, h], true),
@@ -193,8 +203,39 @@ pub fn check_size(cfg: &MoeConfig) -> Result<(), CaseError> {
     Ok(())
 }
 
+/// The inputs of a case, by name.
+const INPUTS: [&str; 8] = ["x", "w13", "w2", "topk_ids", "topk_weights", "router.weight", "router.bias", "dy"];
+/// Prefixes of the other tensors a case file may hold: outputs, intermediates, quantised copies, and the
+/// emulated results and bounds of golden files.
+const PREFIXES: [&str; 6] = ["grad.", "fwd.", "bwd.", "q.", "bound.", "emulated."];
+
+/// Whether `name` is a tensor of the case format (an input, `y`, or under one of [`PREFIXES`]).
+fn is_case_tensor(name: &str) -> bool {
+    INPUTS.contains(&name)
+        || name == "y"
+        || PREFIXES.iter().any(|p| name.strip_prefix(p).is_some_and(|rest| !rest.is_empty()))
+}
+
 /// Decide between given routing (`true`) and in-layer routing (`false`) from which tensors exist.
-fn decide_mode(cfg: &MoeConfig, has_ids: bool, has_weights: bool, has_router: bool) -> Result<bool, CaseError> {
+fn decide_mode(
+    cfg: &MoeConfig,
+    has_ids: bool,
+    has_weights: bool,
+    has_router: bool,
+    has_bias: bool,
+) -> Result<bool, CaseError> {
+    if cfg.routing.is_some() && (has_ids || has_weights) {
+        return Err(CaseError::Contradicts {
+            name: if has_ids { "topk_ids" } else { "topk_weights" },
+            why: "routing is set, and `topk_ids`/`topk_weights` are given only when routing is null".into(),
+        });
+    }
+    if cfg.routing.is_none() && (has_router || has_bias) {
+        return Err(CaseError::Contradicts {
+            name: if has_router { "router.weight" } else { "router.bias" },
+            why: "routing is null (the routing is given by `topk_ids`/`topk_weights`), so there is no router".into(),
+        });
+    }
     match (has_ids, has_weights) {
         (true, true) => Ok(true),
         (true, false) => Err(CaseError::Missing { name: "topk_weights", why: "required with `topk_ids`".into() }),
@@ -250,7 +291,13 @@ pub fn validate_inputs(inputs: &LayerInputs, opts: ReadOptions) -> Result<(), Ca
     let cfg = &inputs.cfg;
     cfg.validate()?;
     check_size(cfg)?;
-    decide_mode(cfg, inputs.topk_ids.is_some(), inputs.topk_weights.is_some(), inputs.router_weight.is_some())?;
+    decide_mode(
+        cfg,
+        inputs.topk_ids.is_some(),
+        inputs.topk_weights.is_some(),
+        inputs.router_weight.is_some(),
+        inputs.router_bias.is_some(),
+    )?;
     let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
     let shape = |name: &'static str, got: &[usize], expected: Vec<usize>| {
         if got == expected.as_slice() {
