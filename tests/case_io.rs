@@ -480,6 +480,80 @@ fn metadata_problems() {
     assert!(!e.contains('\n'));
 }
 
+/// `moe.config` of a routed case with `edit` applied to its JSON.
+fn config_with(edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) -> String {
+    let mut c = cfg(2, true);
+    c.routing.as_mut().unwrap().groups = Some(moe_reference::config::Groups { n_group: 2, topk_group: 1 });
+    c.activation = moe_reference::config::Activation::SwigluClamped { alpha: 1.702, limit: 7.0 };
+    let mut v = serde_json::to_value(&c).unwrap();
+    edit(v.as_object_mut().unwrap());
+    v.to_string()
+}
+
+fn config_err(json: &str) -> String {
+    let e = case::parse_config(json).expect_err("should be rejected").to_string();
+    assert!(!e.contains('\n'), "error must be one line: {e:?}");
+    e
+}
+
+#[test]
+fn config_keys_are_those_of_the_format() {
+    use serde_json::json;
+    case::parse_config(&config_with(|_| {})).unwrap();
+    let e = config_err(&config_with(|m| {
+        m.insert("topk".into(), json!(2));
+    }));
+    assert_has(&e, &["`moe.config` has unknown key `topk`", "keys: tokens, hidden", "ep_ranks"]);
+    for key in ["recipe", "ep_ranks", "routing"] {
+        let e = config_err(&config_with(|m| {
+            m.remove(key);
+        }));
+        assert_has(&e, &[&format!("`moe.config` lacks `{key}`")]);
+    }
+    // Inside routing, its groups and the clamped activation's parameters.
+    let e = config_err(&config_with(|m| {
+        m["routing"].as_object_mut().unwrap().insert("groqps".into(), json!(null));
+    }));
+    assert_has(&e, &["`moe.config` routing has unknown key `groqps`", "score, normalize_topk, scaling, groups"]);
+    let e = config_err(&config_with(|m| {
+        m["routing"].as_object_mut().unwrap().remove("groups");
+    }));
+    assert_has(&e, &["`moe.config` routing lacks `groups`"]);
+    let e = config_err(&config_with(|m| {
+        m["routing"]["groups"].as_object_mut().unwrap().insert("top_group".into(), json!(1));
+    }));
+    assert_has(&e, &["`moe.config` routing.groups has unknown key `top_group`"]);
+    let e = config_err(&config_with(|m| {
+        m["activation"]["swiglu_clamped"].as_object_mut().unwrap().insert("beta".into(), json!(1.0));
+    }));
+    assert_has(&e, &["`moe.config` activation.swiglu_clamped has unknown key `beta`"]);
+    // Not an object at all.
+    assert_has(&config_err("[1, 2]"), &["`moe.config` is not a JSON object"]);
+    // A key twice (JSON parsers keep one of them).
+    let twice = config_with(|_| {}).replacen("{", "{\"tokens\":3,", 1);
+    assert_has(&config_err(&twice), &["moe.config", "duplicate field `tokens`"]);
+}
+
+#[test]
+fn config_recipe_must_be_named() {
+    let e = config_err(&config_with(|m| {
+        m.insert("recipe".into(), "bogus".into());
+    }));
+    assert_has(&e, &["`moe.config` recipe \"bogus\" is not a known recipe", "fp32, bf16, fp8-block"]);
+    // Through a case file, and for inputs built in code.
+    let mut inp = given(2);
+    inp.cfg.recipe = "fp7".into();
+    assert_has(&read_err(&inp), &["`moe.config` recipe \"fp7\" is not a known recipe"]);
+    let e = case::validate_inputs(&inp, ReadOptions::default()).unwrap_err().to_string();
+    assert_eq!(e, read_err(&inp));
+    for r in moe_reference::recipe::NAMED {
+        case::parse_config(&config_with(|m| {
+            m.insert("recipe".into(), r.into());
+        }))
+        .unwrap();
+    }
+}
+
 #[test]
 fn missing_x() {
     let inp = given(3);

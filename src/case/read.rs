@@ -5,6 +5,7 @@ use std::io::Read;
 use std::path::Path;
 
 use half::{bf16, f16};
+use moe_reference::recipe::NAMED;
 use moe_reference::{LayerInputs, MoeConfig};
 use ndarray::{Array2, ArrayD, Ix1, Ix2, Ix3, IxDyn};
 use safetensors::tensor::{Metadata, TensorInfo};
@@ -164,14 +165,71 @@ pub(crate) fn parse_framing(bytes: &[u8]) -> Result<(usize, Metadata), CaseError
     }
 }
 
-/// Parse `moe.config` JSON, validate it and check the size it implies.
+/// The keys of `moe.config`, all required (`golden-format.md`).
+const CONFIG_KEYS: [&str; 9] =
+    ["tokens", "hidden", "intermediate", "experts", "top_k", "activation", "routing", "recipe", "ep_ranks"];
+/// The keys of `routing` when it is not null, of its `groups`, and of the clamped activation's parameters.
+const ROUTING_KEYS: [&str; 4] = ["score", "normalize_topk", "scaling", "groups"];
+const GROUPS_KEYS: [&str; 2] = ["n_group", "topk_group"];
+const CLAMPED_KEYS: [&str; 2] = ["alpha", "limit"];
+
+/// Parse `moe.config` JSON (every key of the format present, no other, a named recipe), validate it and
+/// check the size it implies.
 pub fn parse_config(json: &str) -> Result<MoeConfig, CaseError> {
-    let cfg: MoeConfig = serde_json::from_str(json).map_err(|e| {
+    let invalid = |e: serde_json::Error| {
         CaseError::Metadata(format!("`{KEY_CONFIG}` is not a valid config: {}", one_line(&e.to_string())))
-    })?;
+    };
+    let v: serde_json::Value = serde_json::from_str(json).map_err(invalid)?;
+    if !v.is_object() {
+        return Err(CaseError::Metadata(format!("`{KEY_CONFIG}` is not a JSON object")));
+    }
+    // Objects of `moe.config` and their keys: unknown keys first, then (once serde has reported wrong types
+    // and values in its terms) keys that serde would quietly default.
+    use serde_json::Value;
+    let routing = v.get("routing").and_then(Value::as_object);
+    let parts = [
+        ("", v.as_object(), &CONFIG_KEYS[..]),
+        ("routing ", routing, &ROUTING_KEYS[..]),
+        ("routing.groups ", routing.and_then(|r| r.get("groups")).and_then(Value::as_object), &GROUPS_KEYS[..]),
+        (
+            "activation.swiglu_clamped ",
+            v.get("activation").and_then(|a| a.get("swiglu_clamped")).and_then(Value::as_object),
+            &CLAMPED_KEYS[..],
+        ),
+    ];
+    let list = |keys: &[&str]| keys.join(", ");
+    for (what, obj, keys) in parts {
+        if let Some(k) = obj.and_then(|o| o.keys().find(|k| !keys.contains(&k.as_str()))) {
+            return Err(CaseError::Metadata(format!(
+                "`{KEY_CONFIG}` {what}has unknown key `{}` (keys: {})",
+                one_line(k),
+                list(keys)
+            )));
+        }
+    }
+    // From the text, not the value: serde reports a key given twice, which the value has dropped.
+    let cfg: MoeConfig = serde_json::from_str(json).map_err(invalid)?;
+    for (what, obj, keys) in parts {
+        if let Some(k) = obj.and_then(|o| keys.iter().find(|k| !o.contains_key(**k))) {
+            return Err(CaseError::Metadata(format!("`{KEY_CONFIG}` {what}lacks `{k}` (keys: {})", list(keys))));
+        }
+    }
+    check_recipe(&cfg)?;
     cfg.validate()?;
     check_size(&cfg)?;
     Ok(cfg)
+}
+
+/// The config's recipe is one of [`NAMED`].
+fn check_recipe(cfg: &MoeConfig) -> Result<(), CaseError> {
+    if NAMED.contains(&cfg.recipe.as_str()) {
+        return Ok(());
+    }
+    Err(CaseError::Metadata(format!(
+        "`{KEY_CONFIG}` recipe {:?} is not a known recipe (known: {})",
+        one_line(&cfg.recipe),
+        NAMED.join(", ")
+    )))
 }
 
 /// Reject configs whose tensors (inputs, outputs, intermediates) would exceed [`MAX_ELEMENTS`] elements.
@@ -291,6 +349,7 @@ pub fn validate_inputs(inputs: &LayerInputs, opts: ReadOptions) -> Result<(), Ca
     let cfg = &inputs.cfg;
     cfg.validate()?;
     check_size(cfg)?;
+    check_recipe(cfg)?;
     decide_mode(
         cfg,
         inputs.topk_ids.is_some(),
