@@ -31,6 +31,14 @@ pub enum CaseError {
     /// A required tensor is not in the file.
     #[error("missing tensor `{name}`: {why}")]
     Missing { name: &'static str, why: String },
+    /// A tensor whose name the case format does not define.
+    #[error(
+        "tensor `{name}` is not part of the case format (inputs x, w13, w2, topk_ids, topk_weights, router.weight, router.bias, dy; outputs y, grad.*; fwd.*, bwd.*, q.*, bound.*, emulated.*)"
+    )]
+    UnknownTensor { name: String },
+    /// A tensor that `moe.config` rules out (given routing beside a routing config, a router without one).
+    #[error("tensor `{name}` contradicts moe.config: {why}")]
+    Contradicts { name: &'static str, why: String },
     /// A tensor's shape disagrees with `moe.config`.
     #[error("tensor `{name}`: wrong shape: expected {expected:?} (from moe.config), got {got:?}")]
     Shape { name: &'static str, expected: Vec<usize>, got: Vec<usize> },

@@ -144,8 +144,10 @@ fn extra_tensors_and_metadata_are_ignored() {
     let inp = given(4);
     let mut tensors = case_tensors(&inp, FloatDtype::F32);
     let junk = Array3::<f64>::zeros((2, 0, 3));
-    tensors.push(("y".into(), TensorData::f64(&junk)));
-    tensors.push(("anything.else".into(), TensorData::f64(&junk)));
+    // The format's outputs, intermediates, quantised copies, and golden files' emulated results and bounds.
+    for name in ["y", "grad.x", "fwd.anything", "bwd.da", "q.x", "q.x.scale", "bound.y", "emulated.grad.w2"] {
+        tensors.push((name.into(), TensorData::f64(&junk)));
+    }
     let mut meta = format_metadata(&case::config_json(&inp.cfg));
     meta.insert("seed".into(), "42".into());
     let d = tmp();
@@ -157,13 +159,50 @@ fn extra_tensors_and_metadata_are_ignored() {
 }
 
 #[test]
-fn given_topk_wins_over_routing_config() {
-    // routing set and topk given: the given topk is used, router.weight is optional.
+fn unknown_tensor_names_are_refused() {
+    let inp = random_inputs(&cfg(4, true), 2);
+    let junk = Array3::<f64>::zeros((2, 0, 3));
+    // `router.bais`: a misspelt selection bias, silently skipped, would change the routing.
+    for name in ["extra", "router.bais", "X", "grad.", "ys", "bounds.y"] {
+        let mut tensors = case_tensors(&inp, FloatDtype::F64);
+        tensors.push((name.into(), TensorData::f64(&junk)));
+        let d = tmp();
+        let p = d.path().join("u.safetensors");
+        write_tensors(&p, &format_metadata(&case::config_json(&inp.cfg)), &tensors).unwrap();
+        let e = read(&p).unwrap_err().to_string();
+        assert_has(&e, &[&format!("tensor `{name}` is not part of the case format"), "router.bias", "bound.*"]);
+        assert!(!e.contains('\n'));
+    }
+}
+
+#[test]
+fn given_routing_beside_a_routing_config_is_refused() {
+    // The format: routing is null when topk_ids/topk_weights are given.
     let mut inp = given(4);
     inp.cfg.routing = cfg(4, true).routing;
-    let c = read(&write(tmp().path(), "g.safetensors", &inp)).unwrap();
-    assert!(!c.routes_itself());
-    assert!(c.inputs.router_weight.is_none());
+    assert_has(&read_err(&inp), &["tensor `topk_ids` contradicts moe.config", "routing is set"]);
+    let mut with_router = random_inputs(&cfg(4, true), 3);
+    with_router.topk_ids = inp.topk_ids.clone();
+    with_router.topk_weights = inp.topk_weights.clone();
+    assert_has(&read_err(&with_router), &["tensor `topk_ids` contradicts moe.config"]);
+    with_router.topk_ids = None;
+    assert_has(&read_err(&with_router), &["tensor `topk_weights` contradicts moe.config"]);
+    // In-memory inputs the same way.
+    let e = case::validate_inputs(&inp, ReadOptions::default()).unwrap_err().to_string();
+    assert_eq!(e, read_err(&inp));
+}
+
+#[test]
+fn a_router_without_a_routing_config_is_refused() {
+    let routed = random_inputs(&cfg(4, true), 3);
+    let mut inp = given(4);
+    inp.router_weight = routed.router_weight.clone();
+    assert_has(&read_err(&inp), &["tensor `router.weight` contradicts moe.config", "routing is null"]);
+    let mut inp = given(4);
+    inp.router_bias = Some(ndarray::Array1::zeros(4));
+    assert_has(&read_err(&inp), &["tensor `router.bias` contradicts moe.config", "no router"]);
+    let e = case::validate_inputs(&inp, ReadOptions::default()).unwrap_err().to_string();
+    assert_eq!(e, read_err(&inp));
 }
 
 #[test]
@@ -309,6 +348,110 @@ fn header_garbage() {
     assert_has(&parse_case(&bytes, ReadOptions::default()).unwrap_err().to_string(), &["malformed"]);
 }
 
+/// `bytes` (a safetensors file) with its header JSON text replaced by `edit`'s.
+fn with_header(bytes: &[u8], edit: impl FnOnce(&str) -> String) -> Vec<u8> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let h = edit(std::str::from_utf8(&bytes[8..8 + n]).unwrap().trim_end());
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(h.as_bytes());
+    out.extend_from_slice(&bytes[8 + n..]);
+    out
+}
+
+/// `bytes` with `edit` applied to its header as a JSON value.
+fn with_header_value(bytes: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    with_header(bytes, |h| {
+        let mut v: serde_json::Value = serde_json::from_str(h).unwrap();
+        edit(&mut v);
+        v.to_string()
+    })
+}
+
+/// A file of this header and `data_len` zero bytes of data.
+fn file_of(header: &str, data_len: usize) -> Vec<u8> {
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend(std::iter::repeat_n(0u8, data_len));
+    out
+}
+
+fn parse_err(bytes: &[u8]) -> String {
+    let e = parse_case(bytes, ReadOptions::default()).expect_err("should be rejected").to_string();
+    assert!(!e.contains('\n'), "error must be one line: {e:?}");
+    e
+}
+
+#[test]
+fn header_entries_name_their_tensor_and_problem() {
+    use serde_json::json;
+    let d = tmp();
+    let bytes = std::fs::read(write(d.path(), "h.safetensors", &given(2))).unwrap();
+    parse_case(&with_header(&bytes, |h| h.to_string()), ReadOptions::default()).unwrap();
+    // F64 [2, 8] is 128 bytes, [2, 7] would be 112 (the safetensors crate names no tensor here).
+    let e = parse_err(&with_header_value(&bytes, |v| v["x"]["shape"] = json!([2, 7])));
+    assert_has(&e, &["malformed", "tensor `x`: shape [2, 7] of F64 needs 112 bytes", "hold 128"]);
+    let e = parse_err(&with_header_value(&bytes, |v| v["x"]["dtype"] = json!("F128")));
+    assert_has(&e, &["tensor `x`: dtype \"F128\" is not a safetensors dtype"]);
+    let e = parse_err(&with_header_value(&bytes, |v| v["x"]["extra_field"] = json!(1)));
+    assert_has(&e, &["tensor `x`: unknown field `extra_field`", "allowed: dtype, shape, data_offsets"]);
+    let e = parse_err(&with_header_value(&bytes, |v| {
+        v["x"].as_object_mut().unwrap().remove("shape");
+    }));
+    assert_has(&e, &["tensor `x`: header entry lacks `shape`"]);
+    let e = parse_err(&with_header_value(&bytes, |v| v["x"]["shape"] = json!([2, -8])));
+    assert_has(&e, &["tensor `x`: shape [2,-8] is not a list of non-negative integers"]);
+    let e = parse_err(&with_header_value(&bytes, |v| v["x"]["data_offsets"] = json!([0])));
+    assert_has(&e, &["tensor `x`: data_offsets [0] is not a pair"]);
+    let e = parse_err(&with_header_value(&bytes, |v| v["x"] = json!([1, 2])));
+    assert_has(&e, &["tensor `x`: header entry is an array"]);
+    // A key twice: JSON parsers keep one of them, so the file means different things to different readers.
+    let e = parse_err(&with_header(&bytes, |h| {
+        let v: serde_json::Value = serde_json::from_str(h).unwrap();
+        h.replacen("\"x\":{", &format!("\"x\":{},\"x\":{{", v["x"]), 1)
+    }));
+    assert_has(&e, &["tensor `x` appears twice in the header"]);
+    let e = parse_err(&with_header(&bytes, |h| {
+        let v: serde_json::Value = serde_json::from_str(h).unwrap();
+        let mut other = v["x"].clone();
+        other["data_offsets"] = json!([0, 0]);
+        other["shape"] = json!([0, 8]);
+        h.replacen("\"x\":{", &format!("\"x\":{other},\"x\":{{"), 1)
+    }));
+    assert_has(&e, &["tensor `x` appears twice in the header"]);
+    let e = parse_err(&with_header(&bytes, |h| {
+        h.replacen("\"moe.format\":", "\"moe.format\":\"2\",\"moe.format\":", 1)
+    }));
+    assert_has(&e, &["`__metadata__` gives `moe.format` twice"]);
+    let e = parse_err(&with_header_value(&bytes, |v| v["__metadata__"]["seed"] = json!(42)));
+    assert_has(&e, &["`__metadata__` entry `seed` is 42, not a string"]);
+}
+
+#[test]
+fn header_data_layout_problems_name_their_tensor() {
+    let t = |name: &str, dtype: &str, shape: &str, b: usize, e: usize| {
+        format!("\"{name}\":{{\"dtype\":\"{dtype}\",\"shape\":{shape},\"data_offsets\":[{b},{e}]}}")
+    };
+    let f = |entries: &[String], data: usize| file_of(&format!("{{{}}}", entries.join(",")), data);
+    let a = t("a", "F32", "[2]", 0, 8);
+    let e = parse_err(&f(&[a.clone(), t("b", "F32", "[2]", 4, 12)], 12));
+    assert_has(&e, &["tensor `b`: data_offsets [4, 12] overlap those of tensor `a` [0, 8]"]);
+    let e = parse_err(&f(&[a.clone(), t("b", "F32", "[2]", 12, 20)], 20));
+    assert_has(&e, &["bytes 8..12 of the data section belong to no tensor", "tensor `b` at [12, 20]"]);
+    let e = parse_err(&f(&[t("a", "F32", "[2]", 4, 12)], 12));
+    assert_has(&e, &["bytes 0..4 of the data section belong to no tensor", "tensor `a`"]);
+    let e = parse_err(&f(&[t("a", "F32", "[2]", 8, 0)], 8));
+    assert_has(&e, &["tensor `a`: data_offsets [8, 0] end before they begin"]);
+    let e = parse_err(&f(&[t("big", "F32", "[4294967296,4294967296,16]", 0, 8)], 8));
+    assert_has(&e, &["tensor `big`: shape [4294967296, 4294967296, 16] of F32 is too large to address"]);
+    let e = parse_err(&f(&[t("nib", "F4", "[3]", 0, 1)], 1));
+    assert_has(&e, &["tensor `nib`: shape [3] of F4 is not a whole number of bytes"]);
+    let e = parse_err(&f(&[a.clone(), t("b", "F32", "[2]", 8, 16)], 12));
+    assert_has(&e, &["truncated file", "needs 16 bytes (tensor `b` ends there), file has 12"]);
+    // Empty tensors may share an offset; the layout is otherwise read as the safetensors crate reads it.
+    let ok = f(&[t("e1", "F32", "[0]", 8, 8), a.clone(), t("e2", "F64", "[3,0]", 8, 8)], 8);
+    assert_has(&parse_err(&ok), &["missing `moe.format`"]);
+}
+
 #[test]
 fn metadata_problems() {
     let inp = given(2);
@@ -335,6 +478,80 @@ fn metadata_problems() {
     let e = read(&p).unwrap_err().to_string();
     assert_has(&e, &["moe.config", "not a valid config"]);
     assert!(!e.contains('\n'));
+}
+
+/// `moe.config` of a routed case with `edit` applied to its JSON.
+fn config_with(edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) -> String {
+    let mut c = cfg(2, true);
+    c.routing.as_mut().unwrap().groups = Some(moe_reference::config::Groups { n_group: 2, topk_group: 1 });
+    c.activation = moe_reference::config::Activation::SwigluClamped { alpha: 1.702, limit: 7.0 };
+    let mut v = serde_json::to_value(&c).unwrap();
+    edit(v.as_object_mut().unwrap());
+    v.to_string()
+}
+
+fn config_err(json: &str) -> String {
+    let e = case::parse_config(json).expect_err("should be rejected").to_string();
+    assert!(!e.contains('\n'), "error must be one line: {e:?}");
+    e
+}
+
+#[test]
+fn config_keys_are_those_of_the_format() {
+    use serde_json::json;
+    case::parse_config(&config_with(|_| {})).unwrap();
+    let e = config_err(&config_with(|m| {
+        m.insert("topk".into(), json!(2));
+    }));
+    assert_has(&e, &["`moe.config` has unknown key `topk`", "keys: tokens, hidden", "ep_ranks"]);
+    for key in ["recipe", "ep_ranks", "routing"] {
+        let e = config_err(&config_with(|m| {
+            m.remove(key);
+        }));
+        assert_has(&e, &[&format!("`moe.config` lacks `{key}`")]);
+    }
+    // Inside routing, its groups and the clamped activation's parameters.
+    let e = config_err(&config_with(|m| {
+        m["routing"].as_object_mut().unwrap().insert("groqps".into(), json!(null));
+    }));
+    assert_has(&e, &["`moe.config` routing has unknown key `groqps`", "score, normalize_topk, scaling, groups"]);
+    let e = config_err(&config_with(|m| {
+        m["routing"].as_object_mut().unwrap().remove("groups");
+    }));
+    assert_has(&e, &["`moe.config` routing lacks `groups`"]);
+    let e = config_err(&config_with(|m| {
+        m["routing"]["groups"].as_object_mut().unwrap().insert("top_group".into(), json!(1));
+    }));
+    assert_has(&e, &["`moe.config` routing.groups has unknown key `top_group`"]);
+    let e = config_err(&config_with(|m| {
+        m["activation"]["swiglu_clamped"].as_object_mut().unwrap().insert("beta".into(), json!(1.0));
+    }));
+    assert_has(&e, &["`moe.config` activation.swiglu_clamped has unknown key `beta`"]);
+    // Not an object at all.
+    assert_has(&config_err("[1, 2]"), &["`moe.config` is not a JSON object"]);
+    // A key twice (JSON parsers keep one of them).
+    let twice = config_with(|_| {}).replacen("{", "{\"tokens\":3,", 1);
+    assert_has(&config_err(&twice), &["moe.config", "duplicate field `tokens`"]);
+}
+
+#[test]
+fn config_recipe_must_be_named() {
+    let e = config_err(&config_with(|m| {
+        m.insert("recipe".into(), "bogus".into());
+    }));
+    assert_has(&e, &["`moe.config` recipe \"bogus\" is not a known recipe", "fp32, bf16, fp8-block"]);
+    // Through a case file, and for inputs built in code.
+    let mut inp = given(2);
+    inp.cfg.recipe = "fp7".into();
+    assert_has(&read_err(&inp), &["`moe.config` recipe \"fp7\" is not a known recipe"]);
+    let e = case::validate_inputs(&inp, ReadOptions::default()).unwrap_err().to_string();
+    assert_eq!(e, read_err(&inp));
+    for r in moe_reference::recipe::NAMED {
+        case::parse_config(&config_with(|m| {
+            m.insert("recipe".into(), r.into());
+        }))
+        .unwrap();
+    }
 }
 
 #[test]

@@ -183,6 +183,12 @@ fn malformed_cases_make_run_exit_2_with_one_line_and_no_output() {
         set(t, "w2", f32s(&[1, 4, 2], 0.25));
     });
     fails("top_k 2 exceeds experts 1");
+    // A recipe no one knows (`check` used to fail on it later without naming moe.config, `run` accepted it).
+    write_case(&case_path, &CFG.replace(r#""recipe":"bf16""#, r#""recipe":"bogus""#), |_| {});
+    fails("`moe.config` recipe \"bogus\" is not a known recipe");
+    // A misspelt selection bias, which would be skipped silently.
+    write_case(&case_path, CFG, |t| t.push(("router.bais".into(), f32s(&[3], 0.5))));
+    fails("tensor `router.bais` is not part of the case format");
     // Config not JSON, and a missing config.
     write_case(&case_path, "{tokens: 2", |_| {});
     fails("`moe.config` is not a valid config");

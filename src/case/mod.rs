@@ -1,11 +1,15 @@
 //! Case files (`shared/docs/golden-format.md`, format 1): reading one into validated
 //! [`LayerInputs`], writing the oracle's outputs, and writing cases.
 //!
-//! Reading checks, in this order, before any tensor is converted: the safetensors framing (truncation,
-//! header), the metadata (`moe.format`, `moe.config`, [`MoeConfig::validate`]), the total size the
-//! config implies ([`MAX_ELEMENTS`]), which tensors are present (given or computed routing), and every
-//! present tensor's dtype and shape against the config. Then tensors are converted to f64 and their values
-//! are checked (expert ids, finiteness). Every error is one line naming the tensor and the problem.
+//! Reading checks, in this order, before any tensor is converted: the safetensors framing (truncation;
+//! the header entry by entry: no key twice, only `dtype`/`shape`/`data_offsets`, a known dtype whose size
+//! fills the offsets, data without overlaps or holes), the metadata (`moe.format`; `moe.config` with
+//! exactly the format's keys, also inside `routing` and the activation, a named recipe,
+//! [`MoeConfig::validate`]), the total size the config implies ([`MAX_ELEMENTS`]), which tensors are
+//! present (only the format's names; given routing only with `routing` null, a router only with it set),
+//! and every present tensor's dtype and shape against the config. Then tensors are converted to f64 and
+//! their values are checked (expert ids, finiteness). Every error is one line naming the tensor and the
+//! problem.
 //!
 //! Writing goes to a temporary file in the destination's directory that is renamed over the destination
 //! only when complete, so a failure never leaves a partial file.
@@ -18,6 +22,7 @@ use std::collections::BTreeMap;
 use moe_reference::LayerInputs;
 use safetensors::Dtype;
 
+mod header;
 mod read;
 mod write;
 

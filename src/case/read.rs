@@ -5,14 +5,16 @@ use std::io::Read;
 use std::path::Path;
 
 use half::{bf16, f16};
+use moe_reference::recipe::NAMED;
 use moe_reference::{LayerInputs, MoeConfig};
 use ndarray::{Array2, ArrayD, Ix1, Ix2, Ix3, IxDyn};
 use safetensors::tensor::{Metadata, TensorInfo};
-use safetensors::{Dtype, SafeTensorError, SafeTensors};
+use safetensors::{Dtype, SafeTensors};
 
 use crate::check::coords::unflatten;
 use crate::error::{one_line, CaseError};
 
+use super::header::check_header;
 use super::{Case, ReadOptions, FORMAT, KEY_CONFIG, KEY_FORMAT, MAX_ELEMENTS};
 
 /// Upper bound on a safetensors header (JSON) this reader accepts.
@@ -63,8 +65,18 @@ pub fn parse_case(bytes: &[u8], opts: ReadOptions) -> Result<Case, CaseError> {
     // Which tensors are needed, their dtypes and shapes: all from the header, before converting anything.
     let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
     let info = |name: &str| meta.info(name);
-    let given =
-        decide_mode(&cfg, info("topk_ids").is_some(), info("topk_weights").is_some(), info("router.weight").is_some())?;
+    let mut names = meta.offset_keys();
+    names.sort();
+    if let Some(name) = names.iter().find(|n| !is_case_tensor(n)) {
+        return Err(CaseError::UnknownTensor { name: one_line(name) });
+    }
+    let given = decide_mode(
+        &cfg,
+        info("topk_ids").is_some(),
+        info("topk_weights").is_some(),
+        info("router.weight").is_some(),
+        info("router.bias").is_some(),
+    )?;
 
     let specs: [(&'static str, Kind, Vec<usize>, bool); 8] = [
         ("x", Kind::Float, vec![t, h], true),
@@ -142,52 +154,82 @@ pub(crate) fn parse_framing(bytes: &[u8]) -> Result<(usize, Metadata), CaseError
             len - 8
         )));
     }
+    // Checked here first so that every problem names its tensor; the crate's own checks then agree.
+    check_header(&bytes[8..8 + n], len - 8 - n)?;
     match SafeTensors::read_metadata(bytes) {
         Ok((n2, meta)) => {
             debug_assert_eq!(n, n2);
             Ok((n, meta))
         }
-        Err(SafeTensorError::MetadataIncompleteBuffer) => {
-            // The header parsed; the data section's length disagrees with the offsets it declares.
-            let have = len - 8 - n;
-            let need = declared_data_len(&bytes[8..8 + n]);
-            match need {
-                Some(need) if need > have => {
-                    Err(CaseError::Truncated(format!("tensor data needs {need} bytes, file has {have}")))
-                }
-                Some(need) => Err(CaseError::Malformed(format!(
-                    "{} bytes after the last tensor's data (tensors cover {need} of {have})",
-                    have - need
-                ))),
-                None => Err(CaseError::Malformed("data section does not match the header".into())),
-            }
-        }
         Err(err) => Err(CaseError::Malformed(one_line(&err.to_string()))),
     }
 }
 
-/// The end of the data section according to a (parseable) header.
-fn declared_data_len(header: &[u8]) -> Option<usize> {
-    let v: serde_json::Value = serde_json::from_slice(header).ok()?;
-    let mut end = 0usize;
-    for (name, t) in v.as_object()? {
-        if name == "__metadata__" {
-            continue;
-        }
-        let e = t.get("data_offsets")?.get(1)?.as_u64()? as usize;
-        end = end.max(e);
-    }
-    Some(end)
-}
+/// The keys of `moe.config`, all required (`golden-format.md`).
+const CONFIG_KEYS: [&str; 9] =
+    ["tokens", "hidden", "intermediate", "experts", "top_k", "activation", "routing", "recipe", "ep_ranks"];
+/// The keys of `routing` when it is not null, of its `groups`, and of the clamped activation's parameters.
+const ROUTING_KEYS: [&str; 4] = ["score", "normalize_topk", "scaling", "groups"];
+const GROUPS_KEYS: [&str; 2] = ["n_group", "topk_group"];
+const CLAMPED_KEYS: [&str; 2] = ["alpha", "limit"];
 
-/// Parse `moe.config` JSON, validate it and check the size it implies.
+/// Parse `moe.config` JSON (every key of the format present, no other, a named recipe), validate it and
+/// check the size it implies.
 pub fn parse_config(json: &str) -> Result<MoeConfig, CaseError> {
-    let cfg: MoeConfig = serde_json::from_str(json).map_err(|e| {
+    let invalid = |e: serde_json::Error| {
         CaseError::Metadata(format!("`{KEY_CONFIG}` is not a valid config: {}", one_line(&e.to_string())))
-    })?;
+    };
+    let v: serde_json::Value = serde_json::from_str(json).map_err(invalid)?;
+    if !v.is_object() {
+        return Err(CaseError::Metadata(format!("`{KEY_CONFIG}` is not a JSON object")));
+    }
+    // Objects of `moe.config` and their keys: unknown keys first, then (once serde has reported wrong types
+    // and values in its terms) keys that serde would quietly default.
+    use serde_json::Value;
+    let routing = v.get("routing").and_then(Value::as_object);
+    let parts = [
+        ("", v.as_object(), &CONFIG_KEYS[..]),
+        ("routing ", routing, &ROUTING_KEYS[..]),
+        ("routing.groups ", routing.and_then(|r| r.get("groups")).and_then(Value::as_object), &GROUPS_KEYS[..]),
+        (
+            "activation.swiglu_clamped ",
+            v.get("activation").and_then(|a| a.get("swiglu_clamped")).and_then(Value::as_object),
+            &CLAMPED_KEYS[..],
+        ),
+    ];
+    let list = |keys: &[&str]| keys.join(", ");
+    for (what, obj, keys) in parts {
+        if let Some(k) = obj.and_then(|o| o.keys().find(|k| !keys.contains(&k.as_str()))) {
+            return Err(CaseError::Metadata(format!(
+                "`{KEY_CONFIG}` {what}has unknown key `{}` (keys: {})",
+                one_line(k),
+                list(keys)
+            )));
+        }
+    }
+    // From the text, not the value: serde reports a key given twice, which the value has dropped.
+    let cfg: MoeConfig = serde_json::from_str(json).map_err(invalid)?;
+    for (what, obj, keys) in parts {
+        if let Some(k) = obj.and_then(|o| keys.iter().find(|k| !o.contains_key(**k))) {
+            return Err(CaseError::Metadata(format!("`{KEY_CONFIG}` {what}lacks `{k}` (keys: {})", list(keys))));
+        }
+    }
+    check_recipe(&cfg)?;
     cfg.validate()?;
     check_size(&cfg)?;
     Ok(cfg)
+}
+
+/// The config's recipe is one of [`NAMED`].
+fn check_recipe(cfg: &MoeConfig) -> Result<(), CaseError> {
+    if NAMED.contains(&cfg.recipe.as_str()) {
+        return Ok(());
+    }
+    Err(CaseError::Metadata(format!(
+        "`{KEY_CONFIG}` recipe {:?} is not a known recipe (known: {})",
+        one_line(&cfg.recipe),
+        NAMED.join(", ")
+    )))
 }
 
 /// Reject configs whose tensors (inputs, outputs, intermediates) would exceed [`MAX_ELEMENTS`] elements.
@@ -219,8 +261,39 @@ pub fn check_size(cfg: &MoeConfig) -> Result<(), CaseError> {
     Ok(())
 }
 
+/// The inputs of a case, by name.
+const INPUTS: [&str; 8] = ["x", "w13", "w2", "topk_ids", "topk_weights", "router.weight", "router.bias", "dy"];
+/// Prefixes of the other tensors a case file may hold: outputs, intermediates, quantised copies, and the
+/// emulated results and bounds of golden files.
+const PREFIXES: [&str; 6] = ["grad.", "fwd.", "bwd.", "q.", "bound.", "emulated."];
+
+/// Whether `name` is a tensor of the case format (an input, `y`, or under one of [`PREFIXES`]).
+fn is_case_tensor(name: &str) -> bool {
+    INPUTS.contains(&name)
+        || name == "y"
+        || PREFIXES.iter().any(|p| name.strip_prefix(p).is_some_and(|rest| !rest.is_empty()))
+}
+
 /// Decide between given routing (`true`) and in-layer routing (`false`) from which tensors exist.
-fn decide_mode(cfg: &MoeConfig, has_ids: bool, has_weights: bool, has_router: bool) -> Result<bool, CaseError> {
+fn decide_mode(
+    cfg: &MoeConfig,
+    has_ids: bool,
+    has_weights: bool,
+    has_router: bool,
+    has_bias: bool,
+) -> Result<bool, CaseError> {
+    if cfg.routing.is_some() && (has_ids || has_weights) {
+        return Err(CaseError::Contradicts {
+            name: if has_ids { "topk_ids" } else { "topk_weights" },
+            why: "routing is set, and `topk_ids`/`topk_weights` are given only when routing is null".into(),
+        });
+    }
+    if cfg.routing.is_none() && (has_router || has_bias) {
+        return Err(CaseError::Contradicts {
+            name: if has_router { "router.weight" } else { "router.bias" },
+            why: "routing is null (the routing is given by `topk_ids`/`topk_weights`), so there is no router".into(),
+        });
+    }
     match (has_ids, has_weights) {
         (true, true) => Ok(true),
         (true, false) => Err(CaseError::Missing { name: "topk_weights", why: "required with `topk_ids`".into() }),
@@ -276,7 +349,14 @@ pub fn validate_inputs(inputs: &LayerInputs, opts: ReadOptions) -> Result<(), Ca
     let cfg = &inputs.cfg;
     cfg.validate()?;
     check_size(cfg)?;
-    decide_mode(cfg, inputs.topk_ids.is_some(), inputs.topk_weights.is_some(), inputs.router_weight.is_some())?;
+    check_recipe(cfg)?;
+    decide_mode(
+        cfg,
+        inputs.topk_ids.is_some(),
+        inputs.topk_weights.is_some(),
+        inputs.router_weight.is_some(),
+        inputs.router_bias.is_some(),
+    )?;
     let (t, h, i, e, k) = (cfg.tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k);
     let shape = |name: &'static str, got: &[usize], expected: Vec<usize>| {
         if got == expected.as_slice() {
