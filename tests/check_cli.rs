@@ -330,3 +330,203 @@ fn forward_only_case_lists_gradients_as_not_checked() {
     let gx = d["stages"].as_array().unwrap().iter().find(|s| s["name"] == "grad.x").unwrap().clone();
     assert_eq!(gx["verdict"], "not replayed");
 }
+
+/// The good candidate's tensors as F64, for files built by hand.
+fn f64_tensors(s: &Setup) -> Vec<(String, TensorData<'static>)> {
+    s.base.tensors.iter().map(|(n, a)| (n.clone(), TensorData::F64(CowArray::from(a.clone())))).collect()
+}
+
+/// A tensor name outside the case format (a typo, a stray name) is bad input naming it, not silently
+/// skipped; the format's other names (inputs, router intermediates, `q.*`, `bound.*`, `emulated.*`) are
+/// accepted and listed as not compared.
+#[test]
+fn names_outside_the_format_are_bad_input_and_the_rest_listed_as_not_compared() {
+    let s = setup("bf16");
+    let c = s.base.inputs.cfg.clone();
+    let d = s.dir.path();
+    let report = d.join("r.json");
+    let gw13 = s.base.tensors["grad.w13"].clone();
+    for (i, (name, frag)) in
+        [("bogus.tensor", "`bogus.tensor` is not a name of the case format"), ("grad.W13", "did you mean `grad.w13`"), ("grad.w_13", "`grad.w_13`")]
+            .into_iter()
+            .enumerate()
+    {
+        let mut t = f64_tensors(&s);
+        t.retain(|(n, _)| n != "grad.w13");
+        t.push((name.to_string(), TensorData::F64(CowArray::from(gw13.clone()))));
+        let cand = write_raw(d, &format!("name{i}.st"), &c, t);
+        assert_bad_input(&oracle(&["check", p(&s.case), "--candidate", p(&cand), "--json", p(&report)]), frag, &report);
+        assert_bad_input(&oracle(&["diagnose", p(&s.case), "--candidate", p(&cand), "--json", p(&report)]), frag, &report);
+    }
+    let mut t = f64_tensors(&s);
+    let small = || TensorData::f64_owned(Array2::<f64>::zeros((2, 2)));
+    for n in ["x", "fwd.logits", "q.x", "q.x.scale", "bound.y", "emulated.y"] {
+        t.push((n.to_string(), small()));
+    }
+    let cand = write_raw(d, "accepted.st", &c, t);
+    let o = oracle(&["check", p(&s.case), "--candidate", p(&cand), "--json", p(&report)]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("\n  not compared: fwd.logits, x, bound.* (1), emulated.* (1), q.* (2)\n"), "{out}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["ignored"].as_array().unwrap().len(), 6, "{}", r["ignored"]);
+}
+
+/// A candidate with the tensors of `tensors` in the kernel row order `order` (oracle rows), its row map,
+/// and `offsets` as `fwd.expert_offsets`.
+fn write_with_offsets(s: &Setup, name: &str, order: Option<&[usize]>, offsets: TensorData<'static>) -> std::path::PathBuf {
+    let rows = &s.base.em.fwd.rows;
+    let mut t = f64_tensors(s);
+    if let Some(order) = order {
+        for (n, a) in t.iter_mut().filter(|(n, _)| n.starts_with("fwd.") || n.starts_with("bwd.")) {
+            *a = TensorData::F64(CowArray::from(s.base.tensors[n.as_str()].select(ndarray::Axis(0), order)));
+        }
+        let pick = |v: &[usize]| Array1::from_iter(order.iter().map(|&r| v[r] as i32));
+        t.push(("fwd.row_token".into(), TensorData::i32_owned(pick(&rows.row_token))));
+        t.push(("fwd.row_slot".into(), TensorData::i32_owned(pick(&rows.row_slot))));
+    }
+    t.push(("fwd.expert_offsets".into(), offsets));
+    write_raw(s.dir.path(), name, &s.base.inputs.cfg, t)
+}
+
+/// `fwd.expert_offsets` is the kernel's dispatch: compared exactly with the oracle's (a wrong entry is a
+/// violation, and `diagnose` names the dispatch as the first bad stage), checked against the kernel's row
+/// map, and bad input when not I32 [E+1].
+#[test]
+fn expert_offsets_are_compared_exactly_and_against_the_row_map() {
+    let s = setup("bf16");
+    let c = &s.base.inputs.cfg;
+    let d = s.dir.path();
+    let rows = &s.base.em.fwd.rows;
+    let json = d.join("o.json");
+    let off: Vec<i32> = rows.expert_offsets.iter().map(|&o| o as i32).collect();
+    let ints = |v: Vec<i32>| TensorData::i32_owned(Array1::from(v));
+    let by = |r: &serde_json::Value, n: &str| r["tensors"].as_array().unwrap().iter().find(|t| t["name"] == n).cloned();
+
+    let good = write_with_offsets(&s, "off_good.st", None, ints(off.clone()));
+    let o = oracle(&["check", p(&s.case), "--candidate", p(&good), "--json", p(&json)]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let t = by(&r, "fwd.expert_offsets").expect("the offsets are checked");
+    assert_eq!((t["verdict"].as_str(), t["elements"].as_u64()), (Some("pass"), Some(c.experts as u64 + 1)));
+
+    // One entry off by one: a violation at that entry, and the dispatch is the first bad stage.
+    let mut bad = off.clone();
+    bad[3] += 1;
+    let cand = write_with_offsets(&s, "off_bad.st", None, ints(bad));
+    let o = oracle(&["check", p(&s.case), "--candidate", p(&cand), "--json", p(&json)]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("fwd.expert_offsets   FAIL"), "{}", String::from_utf8_lossy(&o.stdout));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(r["verdict"], "fail");
+    let t = by(&r, "fwd.expert_offsets").unwrap();
+    assert_eq!(t["violations"], 1);
+    assert_eq!(t["worst"]["index"], serde_json::json!([3]));
+    assert_eq!(t["worst"]["got"], off[3] as f64 + 1.0);
+    assert_eq!(t["worst"]["exact"], off[3] as f64);
+    assert_eq!(t["worst"]["bound"], 0.0);
+    let o = oracle(&["diagnose", p(&s.case), "--candidate", p(&cand), "--json", p(&json)]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    let dg: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(dg["first_bad_stage"], "fwd.expert_offsets");
+    assert_eq!(dg["experts"], serde_json::json!([2, 3]));
+    assert_eq!(dg["stages"][0]["name"], "fwd.expert_offsets");
+
+    // The kernel's own row order: rows reversed within each expert agree with the offsets; all rows
+    // reversed put the last expert's rows in the first expert's range.
+    let within: Vec<usize> = (0..c.experts).flat_map(|e| rows.expert_rows(e).rev()).collect();
+    let cand = write_with_offsets(&s, "off_within.st", Some(&within), ints(off.clone()));
+    let o = oracle(&["check", p(&s.case), "--candidate", p(&cand), "--json", p(&json)]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    let reversed: Vec<usize> = (0..rows.rows()).rev().collect();
+    let cand = write_with_offsets(&s, "off_rev.st", Some(&reversed), ints(off.clone()));
+    let o = oracle(&["check", p(&s.case), "--candidate", p(&cand), "--json", p(&json)]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let t = by(&r, "fwd.expert_offsets").unwrap();
+    assert_eq!(t["verdict"], "fail");
+    assert!(t["worst"]["kernel_row"].is_u64(), "{t}");
+    assert_eq!(by(&r, "fwd.h").unwrap()["verdict"], "pass", "the row map itself is consistent");
+    let o = oracle(&["diagnose", p(&s.case), "--candidate", p(&cand), "--json", p(&json)]);
+    assert_eq!(o.status.code(), Some(1));
+    let dg: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(dg["first_bad_stage"], "fwd.expert_offsets");
+
+    // Not I32 [E+1]: bad input naming the tensor.
+    let report = d.join("r.json");
+    let short = write_with_offsets(&s, "off_short.st", None, ints(off[..c.experts].to_vec()));
+    assert_bad_input(&oracle(&["check", p(&s.case), "--candidate", p(&short), "--json", p(&report)]), "`fwd.expert_offsets`: must have shape", &report);
+    let floats = write_with_offsets(&s, "off_f64.st", None, TensorData::f64_owned(Array1::from_iter(off.iter().map(|&v| v as f64))));
+    assert_bad_input(&oracle(&["diagnose", p(&s.case), "--candidate", p(&floats), "--json", p(&report)]), "`fwd.expert_offsets`: must be I32", &report);
+}
+
+/// A candidate's `moe.config` must describe the case's layer (the recipe may differ); a candidate without
+/// metadata is fine.
+#[test]
+fn a_candidate_config_contradicting_the_case_is_bad_input() {
+    use moe_reference::config::{Activation, Routing};
+    let s = setup("bf16");
+    let c = s.base.inputs.cfg.clone();
+    let d = s.dir.path();
+    let report = d.join("r.json");
+    let run = |cand: &Path| oracle(&["check", p(&s.case), "--candidate", p(cand), "--json", p(&report)]);
+    for (i, (cc, frag)) in [
+        (moe_reference::MoeConfig { tokens: 8, ..c.clone() }, "`moe.config` contradicts the case's: tokens is 8 in the candidate, 10 in the case"),
+        (moe_reference::MoeConfig { top_k: 1, ..c.clone() }, "top_k is 1 in the candidate, 2 in the case"),
+        (moe_reference::MoeConfig { ep_ranks: 2, ..c.clone() }, "ep_ranks is 2 in the candidate, 1 in the case"),
+        (moe_reference::MoeConfig { activation: Activation::SwigluClamped { alpha: 1.702, limit: 7.0 }, ..c.clone() }, "activation is"),
+        (moe_reference::MoeConfig { routing: Some(Routing::softmax()), ..c.clone() }, "routing is"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let cand = write_raw(d, &format!("cfg{i}.st"), &cc, f64_tensors(&s));
+        assert_bad_input(&run(&cand), frag, &report);
+    }
+    let garbage = d.join("cfg_garbage.st");
+    case::write_outputs(&garbage, "{\"tokens\": 10", &f64_tensors(&s)).unwrap();
+    assert_bad_input(&run(&garbage), "`moe.config` is not a valid config", &report);
+    assert_bad_input(&oracle(&["diagnose", p(&s.case), "--candidate", p(&garbage), "--json", p(&report)]), "moe.config", &report);
+
+    // Another recipe, or no metadata at all: accepted.
+    let other = write_raw(d, "cfg_recipe.st", &moe_reference::MoeConfig { recipe: "fp8-block".into(), ..c.clone() }, f64_tensors(&s));
+    assert_eq!(run(&other).status.code(), Some(0));
+    let bare = d.join("cfg_bare.st");
+    case::write_tensors(&bare, &Default::default(), &f64_tensors(&s)).unwrap();
+    let o = run(&bare);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+/// What the repository's writers produce is accepted: `run --intermediates` (the exact oracle, with the
+/// offsets), `run --recipe R --intermediates --bounds` (quantised copies and bounds), and the golden files
+/// (inputs, routing, emulated results and bounds), each checked as its own candidate.
+#[test]
+fn every_writer_in_the_repository_makes_an_accepted_candidate() {
+    let s = setup("fp8-block");
+    let d = s.dir.path();
+    let json = d.join("w.json");
+    let exact = d.join("exact.st");
+    assert!(oracle(&["run", p(&s.case), "--intermediates", "-q", "-o", p(&exact)]).status.success());
+    let em = d.join("em.st");
+    let o = oracle(&["run", p(&s.case), "--recipe", "fp8-block", "--intermediates", "--bounds", "-q", "-o", p(&em)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for cand in [&exact, &em] {
+        let o = oracle(&["check", p(&s.case), "--candidate", p(cand), "--json", p(&json)]);
+        assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+        let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let t = r["tensors"].as_array().unwrap().iter().find(|t| t["name"] == "fwd.expert_offsets").cloned();
+        assert_eq!(t.map(|t| t["verdict"].clone()), Some("pass".into()), "{}", p(cand));
+    }
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden");
+    let mut n = 0;
+    for f in std::fs::read_dir(&golden).unwrap() {
+        let f = f.unwrap().path();
+        if f.extension().is_some_and(|e| e == "safetensors") {
+            let o = oracle(&["check", p(&f), "--candidate", p(&f)]);
+            assert_eq!(o.status.code(), Some(0), "{}: {}{}", f.display(), String::from_utf8_lossy(&o.stdout), stderr(&o));
+            n += 1;
+        }
+    }
+    assert!(n >= 10, "{n} golden files");
+}

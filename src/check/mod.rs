@@ -3,7 +3,8 @@
 //! a-priori per-element bounds ([`moe_reference::emulate`]): |faithful kernel − exact| ≤ bound.
 //!
 //! Per tensor: max abs error, max error/bound, violations, and the worst element in model terms
-//! ([`coords`]). Exit status 0 when every checked tensor passes, 1 when any violates its bound (a NaN or
+//! ([`coords`]). The kernel's dispatch offsets (`fwd.expert_offsets`), when given, must equal the oracle's
+//! exactly ([`check_offsets`]). Exit status 0 when every checked tensor passes, 1 when any violates its bound (a NaN or
 //! infinity in the candidate is a violation), 2 on bad input (one `error:` line, no report written).
 
 pub mod candidate;
@@ -21,8 +22,8 @@ use ndarray::ArrayViewD;
 
 use crate::case::{self, Case, ReadOptions};
 use crate::cli::CliError;
-use candidate::{Candidate, CHECKED};
-use coords::Layout;
+use candidate::{Candidate, CHECKED, EXPERT_OFFSETS};
+use coords::{Coords, Layout};
 pub use report::{CheckReport, NotChecked, TensorResult, Worst};
 
 /// What `check` and `diagnose` both read: the case, the candidate and the bounds that apply.
@@ -32,7 +33,8 @@ pub struct CompareArgs {
     pub case: PathBuf,
     /// The kernel's results: any of y, grad.*, fwd.*, bwd.* (F64, F32, BF16 or F16); per-row tensors in
     /// the oracle's row order, or in the kernel's own with `fwd.row_token` and `fwd.row_slot`. `diagnose`
-    /// localises best with the intermediates (fwd.*, bwd.*).
+    /// localises best with the intermediates (fwd.*, bwd.*). A name outside the case format, or a
+    /// `moe.config` that contradicts the case's, is an error.
     #[arg(long)]
     pub candidate: PathBuf,
     /// Recipe whose bounds apply (named or a JSON file); default: the case config's `recipe`.
@@ -109,9 +111,9 @@ impl Context {
         let exact_fwd = layer::forward(&case.inputs, opt);
         let cand = candidate::read_candidate(cand_path, &case.inputs.cfg, &exact_fwd.rows)
             .map_err(|e| CliError::Check(e.to_string()))?;
-        if cand.tensors.is_empty() {
+        if cand.tensors.is_empty() && cand.expert_offsets.is_none() {
             return Err(CliError::Check(format!(
-                "candidate {}: holds none of the tensors to check ({})",
+                "candidate {}: holds none of the tensors to check ({}, {EXPERT_OFFSETS})",
                 cand_path.display(),
                 CHECKED.join(", ")
             )));
@@ -180,11 +182,85 @@ pub fn compare(name: &str, got: ArrayViewD<f64>, exact: ArrayViewD<f64>, bound: 
     }
 }
 
+/// The kernel's `fwd.expert_offsets` against the oracle's.
+pub struct OffsetsCheck {
+    /// Entries that differ from the oracle's.
+    pub wrong: Vec<usize>,
+    /// Oracle rows whose kernel row (row map) lies outside its expert's range in the kernel's offsets.
+    pub misplaced: Vec<usize>,
+    /// As a checked tensor: exact comparison (bound 0), one violation per wrong entry and misplaced row;
+    /// the worst element is the first wrong entry (got/exact: the offsets), or else the first misplaced
+    /// row (got: the expert whose kernel range holds its kernel row, NaN when none; exact: its expert).
+    pub result: TensorResult,
+}
+
+/// Compare the candidate's `fwd.expert_offsets`, when it has them, with the oracle's. They depend only on
+/// how many rows each expert gets, so they are the same in the kernel's row order as in the oracle's; with
+/// a row map, every kernel row in `offsets[e]..offsets[e+1]` must also be a row of expert `e`.
+pub fn check_offsets(ctx: &Context) -> Option<OffsetsCheck> {
+    let got = ctx.cand.expert_offsets.as_ref()?;
+    let rows = &ctx.exact_fwd.rows;
+    let exact = &rows.expert_offsets;
+    let wrong: Vec<usize> = (0..got.len()).filter(|&i| i64::from(got[i]) != exact[i] as i64).collect();
+    // The expert whose range in the kernel's offsets holds kernel row `k`.
+    let range_of = |k: usize| (0..rows.experts).find(|&e| i64::from(got[e]) <= k as i64 && (k as i64) < i64::from(got[e + 1]));
+    let mut misplaced = Vec::new();
+    if let Some(kr) = &ctx.cand.kernel_row {
+        for e in 0..rows.experts {
+            misplaced.extend(rows.expert_rows(e).filter(|&r| range_of(kr[r]) != Some(e)));
+        }
+    }
+    let elements = got.len() + ctx.cand.kernel_row.as_ref().map_or(0, |k| k.len());
+    let violations = wrong.len() + misplaced.len();
+    let max_abs_error = got.iter().zip(exact).map(|(&g, &x)| (f64::from(g) - x as f64).abs()).fold(0.0, f64::max);
+    let inf = |n: usize| if n > 0 { f64::INFINITY } else { 0.0 };
+    // Ratios are 0 (exact) or infinite (bound 0): quantiles of that two-valued distribution.
+    let q = |p: f64| if violations > 0 && ((elements - 1) as f64 * p).round() as usize >= elements - violations { f64::INFINITY } else { 0.0 };
+    let worst = if let Some(&i) = wrong.first() {
+        let at = Coords { index: vec![i], expert: (i < rows.experts).then_some(i), ..Coords::default() };
+        Some(Worst { at, got: f64::from(got[i]), exact: exact[i] as f64, bound: 0.0, ratio: f64::INFINITY })
+    } else {
+        misplaced.first().map(|&r| {
+            let e = (0..rows.experts).find(|&e| rows.expert_rows(e).contains(&r)).expect("a row has an expert");
+            let k = ctx.cand.kernel_row.as_ref().expect("misplaced rows need a row map")[r];
+            let at = Coords {
+                index: vec![r],
+                token: Some(rows.row_token[r]),
+                slot: Some(rows.row_slot[r]),
+                expert: Some(e),
+                row: Some(r),
+                kernel_row: Some(k),
+                ..Coords::default()
+            };
+            let got = range_of(k).map_or(f64::NAN, |x| x as f64);
+            Worst { at, got, exact: e as f64, bound: 0.0, ratio: f64::INFINITY }
+        })
+    };
+    let result = TensorResult {
+        name: EXPERT_OFFSETS.to_string(),
+        verdict: if violations == 0 { "pass" } else { "fail" },
+        elements,
+        violations,
+        non_finite: 0,
+        max_abs_error,
+        max_ratio: inf(violations),
+        median_ratio: q(0.5),
+        p99_ratio: q(0.99),
+        worst,
+    };
+    Some(OffsetsCheck { wrong, misplaced, result })
+}
+
 /// Check every tensor the candidate holds.
 pub fn check(ctx: &Context) -> CheckReport {
     let layout = ctx.layout();
     let mut tensors = Vec::new();
     let mut not_checked = Vec::new();
+    // The dispatch first (pipeline order).
+    match check_offsets(ctx) {
+        Some(o) => tensors.push(o.result),
+        None => not_checked.push(NotChecked { name: EXPERT_OFFSETS.to_string(), why: "not in the candidate".into() }),
+    }
     for name in CHECKED {
         if let Some(why) = ctx.why_not(name) {
             not_checked.push(NotChecked { name: name.to_string(), why });

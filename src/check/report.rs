@@ -55,8 +55,26 @@ pub struct CheckReport {
     pub verdict: &'static str,
     pub tensors: Vec<TensorResult>,
     pub not_checked: Vec<NotChecked>,
-    /// Tensors in the candidate that check does not compare (inputs, quantised copies, bounds ...).
+    /// Tensors in the candidate that check accepts but does not compare (inputs, quantised copies,
+    /// bounds ...).
     pub ignored: Vec<String>,
+}
+
+/// The accepted but not compared tensors, short: names, with `q.*`, `bound.*` and `emulated.*` as counts.
+pub fn not_compared(names: &[String]) -> String {
+    let mut items: Vec<String> = Vec::new();
+    let mut groups: Vec<(&str, usize)> = Vec::new();
+    for n in names {
+        match super::candidate::NOT_COMPARED_PREFIXES.iter().find(|p| n.starts_with(*p)) {
+            Some(p) => match groups.iter_mut().find(|(g, _)| g == p) {
+                Some((_, c)) => *c += 1,
+                None => groups.push((p, 1)),
+            },
+            None => items.push(n.clone()),
+        }
+    }
+    items.extend(groups.into_iter().map(|(p, c)| format!("{p}* ({c})")));
+    items.join(", ")
 }
 
 fn num(v: f64) -> String {
@@ -111,6 +129,18 @@ impl CheckReport {
             let items: Vec<String> = self.not_checked.iter().map(|n| format!("{} ({})", n.name, n.why)).collect();
             let _ = writeln!(s, "  not checked: {}", items.join(", "));
         }
+        if !self.ignored.is_empty() {
+            let _ = writeln!(s, "  not compared: {}", not_compared(&self.ignored));
+        }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn not_compared_counts_quantised_copies_bounds_and_emulated_results() {
+        let n: Vec<String> = ["bound.y", "bound.grad.x", "dy", "q.x", "q.x.scale", "x", "emulated.y"].map(String::from).to_vec();
+        assert_eq!(super::not_compared(&n), "dy, x, bound.* (2), q.* (2), emulated.* (1)");
     }
 }

@@ -4,7 +4,9 @@
 //! Walks the pipeline forward then backward ([`STAGES`]), replaying every stage the candidate holds from
 //! the candidate's own inputs to that stage ([`replay`]), and reports the first stage that violates its
 //! bound; then blames experts, tokens and feature ranges ([`blame`]) and names the bug pattern where one
-//! fits ([`patterns`]). Exit status 0 when no stage violates, 1 when one does, 2 on bad input.
+//! fits ([`patterns`]). The kernel's dispatch (`fwd.expert_offsets`, when the candidate holds it) comes
+//! before every replayed stage: wrong offsets make it the first bad stage, blamed on the experts whose
+//! ranges they bound. Exit status 0 when no stage violates, 1 when one does, 2 on bad input.
 
 pub mod blame;
 pub mod patterns;
@@ -17,7 +19,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use serde::Serialize;
 
-use crate::check::{compare, write_json, CompareArgs, Context, Worst};
+use crate::check::candidate::EXPERT_OFFSETS;
+use crate::check::{check_offsets, compare, write_json, CompareArgs, Context, Worst};
 use crate::cli::CliError;
 use blame::{Blame, FeatureRange};
 use patterns::Pattern;
@@ -44,7 +47,8 @@ pub struct DiagnoseArgs {
 pub struct StageResult {
     pub name: &'static str,
     /// `pass`, `fail`, `not in candidate`, or `not replayed` (backward without `dy` in the case, or
-    /// `grad.router.weight` when the case gives its routing).
+    /// `grad.router.weight` when the case gives its routing). `fwd.expert_offsets` (the dispatch) is
+    /// compared, not replayed: exactly, with the oracle's.
     pub verdict: &'static str,
     pub violations: usize,
     pub elements: usize,
@@ -85,6 +89,22 @@ pub fn diagnose(ctx: &Context) -> Result<(Diagnosis, Option<replay::Replayed>), 
     let mut first: Option<(replay::Replayed, Vec<bool>)> = None;
     let mut closest: Option<(f64, replay::Replayed)> = None;
     let mut also_bad = Vec::new();
+    // The dispatch, before every stage that runs on its rows.
+    let offsets = check_offsets(ctx);
+    let offsets_bad = offsets.as_ref().is_some_and(|o| o.result.violations > 0);
+    stages.push(match &offsets {
+        Some(o) => StageResult {
+            name: EXPERT_OFFSETS,
+            verdict: o.result.verdict,
+            violations: o.result.violations,
+            elements: o.result.elements,
+            max_ratio: o.result.max_ratio,
+            inputs: vec![],
+            emulation_match: None,
+            worst: o.result.worst.clone().filter(|_| offsets_bad),
+        },
+        None => StageResult { name: EXPERT_OFFSETS, verdict: "not in candidate", violations: 0, elements: 0, max_ratio: 0.0, inputs: vec![], emulation_match: None, worst: None },
+    });
     for name in STAGES {
         let Some(st) = rp.stage(name) else {
             // Held but not replayable: backward without `dy`, or the router's gradient without a router.
@@ -132,8 +152,31 @@ pub fn diagnose(ctx: &Context) -> Result<(Diagnosis, Option<replay::Replayed>), 
         pattern_detail: None,
         stages,
     };
-    let plot = match first {
-        Some((st, bad)) => {
+    let plot = match (offsets.filter(|_| offsets_bad), first) {
+        (Some(o), first) => {
+            // Wrong offsets: the entries bound experts e-1 (its end) and e (its start); misplaced rows name
+            // their expert and token. Later stages are replayed from the candidate's own rows, so they are
+            // reported as also bad; the plot shows the first of them (or the closest to its bound).
+            let rows = &ctx.exact_fwd.rows;
+            let mut experts: Vec<usize> = o.wrong.iter().flat_map(|&i| [i.checked_sub(1), Some(i)]).flatten().filter(|&e| e < rows.experts).collect();
+            experts.extend(o.misplaced.iter().map(|&r| (0..rows.experts).find(|&e| rows.expert_rows(e).contains(&r)).expect("a row has an expert")));
+            experts.sort_unstable();
+            experts.dedup();
+            let mut tokens: Vec<usize> = o.misplaced.iter().map(|&r| rows.row_token[r]).collect();
+            tokens.sort_unstable();
+            tokens.dedup();
+            d.first_bad_stage = Some(EXPERT_OFFSETS);
+            d.experts = experts;
+            d.tokens = tokens;
+            match first {
+                Some((st, _)) => {
+                    d.also_bad.insert(0, st.name);
+                    Some(st)
+                }
+                None => closest.map(|(_, st)| st),
+            }
+        }
+        (None, Some((st, bad))) => {
             let cfg = &ctx.case.inputs.cfg;
             let b: Blame = blame::blame(st.name, st.got.shape(), &bad, &ctx.exact_fwd.rows, &ctx.exact_fwd.topk_ids, cfg.intermediate);
             let p: Option<Pattern> = patterns::recognise(&rp, &st, &bad, &b);
@@ -145,7 +188,7 @@ pub fn diagnose(ctx: &Context) -> Result<(Diagnosis, Option<replay::Replayed>), 
             d.pattern_detail = p.map(|p| p.detail);
             Some(st)
         }
-        None => closest.map(|(_, st)| st),
+        (None, None) => closest.map(|(_, st)| st),
     };
     Ok((d, plot))
 }
