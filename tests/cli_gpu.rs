@@ -8,6 +8,8 @@ use moe_oracle::case::{self, FloatDtype};
 use moe_oracle::demo;
 use safetensors::SafeTensors;
 
+mod cli_common;
+
 fn given_routing_case(dir: &std::path::Path) -> std::path::PathBuf {
     let mut cfg = demo::demo_config();
     cfg.routing = None; // random_inputs then draws topk_ids / topk_weights itself
@@ -57,7 +59,7 @@ fn run_case_on_cuda(dir: &std::path::Path, case_path: std::path::PathBuf, compar
 /// `moe-oracle run SOURCE --device cuda` against `moe-oracle run SOURCE` (SOURCE: a case path or `--demo`).
 fn run_on_cuda(dir: &std::path::Path, source: &[&str], compared: &[&str]) {
     let out = dir.join("gpu.safetensors");
-    let res = Command::new(env!("CARGO_BIN_EXE_moe-oracle"))
+    let res = Command::new(cli_common::bin())
         .arg("run")
         .args(source)
         .args(["-o", out.to_str().unwrap(), "--device", "cuda", "--intermediates", "-q"])
@@ -76,7 +78,7 @@ fn run_on_cuda(dir: &std::path::Path, source: &[&str], compared: &[&str]) {
     assert_eq!(res.status.code(), Some(0), "{stderr}");
     // The oracle on the same case.
     let oracle_out = dir.join("oracle.safetensors");
-    let res = Command::new(env!("CARGO_BIN_EXE_moe-oracle"))
+    let res = Command::new(cli_common::bin())
         .arg("run")
         .args(source)
         .args(["-o", oracle_out.to_str().unwrap(), "-q"])

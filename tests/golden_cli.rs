@@ -56,7 +56,7 @@ fn same_arguments_same_bytes_as_the_committed_case() {
     // Nor does the thread count (the oracle is exact).
     let mut a = args.clone();
     a.extend(["-o", p(&out)]);
-    let o = Command::new(BIN).args(&a).env("RAYON_NUM_THREADS", "1").output().unwrap();
+    let o = Command::new(bin()).args(&a).env("RAYON_NUM_THREADS", "1").output().unwrap();
     assert!(o.status.success());
     assert_eq!(curated::sha256_hex(&std::fs::read(&out).unwrap()), sha, "one thread");
     let mut other = args.clone();

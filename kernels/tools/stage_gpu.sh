@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stage only what kernels/tools/device_call.sh and the session scripts need into .gpu/ (git-ignored): the
-# moe-oracle binary, the gpu_fast, gpu_layer and layer_api test binaries, the PyTorch baseline scripts (and kernels/tools/torch_moe_heated.py beside them), and
+# moe-oracle binary, the gpu_fast, gpu_layer, layer_api, cli_gpu and cli_gpu_fast test binaries, the PyTorch baseline scripts (and kernels/tools/torch_moe_heated.py beside them), and
 # the gpu_fast fuzz target (built here when cargo-fuzz is installed).
 # ../shared/tools/gpu-pack stages every test binary (~84 MB), more than the 64 MiB a device call may carry
 # with the working tree; this stays near 30 MB. Run from the repository root:
@@ -14,6 +14,13 @@ cargo build --release --bin moe-oracle
 cp target/release/moe-oracle .gpu/bin/
 for t in gpu_fast gpu_layer layer_api; do
     exe=$(cargo test --release -p moe-kernels --test $t --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
+    cp "$exe" .gpu/bin/$t
+done
+# The command-line GPU tests of the root crate (run there with MOE_ORACLE_BIN=.gpu/bin/moe-oracle: the path
+# cargo bakes in is this machine's).
+for t in cli_gpu cli_gpu_fast; do
+    exe=$(cargo test --release --test $t --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
     cp "$exe" .gpu/bin/$t
 done
