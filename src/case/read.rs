@@ -261,8 +261,8 @@ pub fn check_size(cfg: &MoeConfig) -> Result<(), CaseError> {
     Ok(())
 }
 
-/// The inputs of a case, by name.
-const INPUTS: [&str; 8] = ["x", "w13", "w2", "topk_ids", "topk_weights", "router.weight", "router.bias", "dy"];
+/// The inputs of a case, by name (a candidate may hold them too: `check::candidate::accepted`).
+pub(crate) const INPUTS: [&str; 8] = ["x", "w13", "w2", "topk_ids", "topk_weights", "router.weight", "router.bias", "dy"];
 /// Prefixes of the other tensors a case file may hold: outputs, intermediates, quantised copies, and the
 /// emulated results and bounds of golden files.
 const PREFIXES: [&str; 6] = ["grad.", "fwd.", "bwd.", "q.", "bound.", "emulated."];

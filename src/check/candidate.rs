@@ -45,23 +45,9 @@ pub const ROW_SLOT: &str = "fwd.row_slot";
 /// Where each expert's rows start (I32 [E+1]): the kernel's dispatch, compared exactly.
 pub const EXPERT_OFFSETS: &str = "fwd.expert_offsets";
 
-/// Names of the case format that a candidate may hold but that are not compared: the case's inputs, the
-/// router's intermediates, and the routing the golden files store (`fwd.topk_ids`/`fwd.topk_weights`).
-pub const NOT_COMPARED: [&str; 13] = [
-    "x",
-    "w13",
-    "w2",
-    "topk_ids",
-    "topk_weights",
-    "router.weight",
-    "router.bias",
-    "dy",
-    "fwd.logits",
-    "fwd.scores",
-    "fwd.topk_ids",
-    "fwd.topk_weights",
-    "bwd.dlogits",
-];
+/// Names of the case format that a candidate may hold but that are not compared, besides the case's
+/// inputs: the router's intermediates, and the routing the golden files store (`fwd.topk_ids`/`fwd.topk_weights`).
+pub const NOT_COMPARED: [&str; 5] = ["fwd.logits", "fwd.scores", "fwd.topk_ids", "fwd.topk_weights", "bwd.dlogits"];
 
 /// Prefixes of further accepted, not compared names: quantised copies, bounds (`run --bounds`, golden
 /// files) and the emulated kernel's results (golden files).
@@ -72,6 +58,7 @@ pub const NOT_COMPARED_PREFIXES: [&str; 3] = ["q.", "bound.", "emulated."];
 pub fn accepted(name: &str) -> bool {
     CHECKED.contains(&name)
         || [ROW_TOKEN, ROW_SLOT, EXPERT_OFFSETS].contains(&name)
+        || case::INPUTS.contains(&name)
         || NOT_COMPARED.contains(&name)
         || NOT_COMPARED_PREFIXES.iter().any(|p| name.starts_with(p) && name.len() > p.len())
 }
@@ -80,7 +67,7 @@ pub fn accepted(name: &str) -> bool {
 fn near_name(name: &str) -> Option<&'static str> {
     let norm = |s: &str| s.chars().filter(|c| *c != '_' && *c != '-').flat_map(char::to_lowercase).collect::<String>();
     let n = norm(name);
-    CHECKED.iter().chain(&[ROW_TOKEN, ROW_SLOT, EXPERT_OFFSETS]).chain(&NOT_COMPARED).copied().find(|c| norm(c) == n)
+    CHECKED.iter().chain(&[ROW_TOKEN, ROW_SLOT, EXPERT_OFFSETS]).chain(&case::INPUTS).chain(&NOT_COMPARED).copied().find(|c| norm(c) == n)
 }
 
 /// Why a candidate cannot be checked.
