@@ -282,7 +282,10 @@ pub struct RunSummary {
     pub y_norm: f64,
     pub rows: usize,
     pub forward_ms: f64,
+    /// The backward's own time; `None` when there was none (no dy) or when `forward_ms` covers both.
     pub backward_ms: Option<f64>,
+    /// `forward_ms` is the forward and the backward together (the emulation runs them as one).
+    pub together: bool,
 }
 
 /// Run the layer on validated inputs and write the outputs to `out`.
@@ -329,6 +332,7 @@ pub fn execute(
         rows: fwd.rows.rows(),
         forward_ms,
         backward_ms,
+        together: false,
     })
 }
 
@@ -337,11 +341,14 @@ fn print_summary(title: &str, s: &RunSummary, out: &Path) {
     let _ = writeln!(o, "{title}");
     let _ = writeln!(
         o,
-        "  rows M = {}, |y| = {:.6e}, forward {:.1} ms, backward {}",
+        "  rows M = {}, |y| = {:.6e}, {}",
         s.rows,
         s.y_norm,
-        s.forward_ms,
-        s.backward_ms.map_or("skipped".to_string(), |b| format!("{b:.1} ms"))
+        match (s.together, s.backward_ms) {
+            (true, _) => format!("forward and backward {:.1} ms", s.forward_ms),
+            (false, Some(b)) => format!("forward {:.1} ms, backward {b:.1} ms", s.forward_ms),
+            (false, None) => format!("forward {:.1} ms, backward skipped (no dy in the case)", s.forward_ms),
+        }
     );
     let _ = writeln!(o, "  wrote {}:", out.display());
     for (name, shape) in &s.tensors {

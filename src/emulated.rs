@@ -140,6 +140,7 @@ pub fn execute(
         rows: em.fwd.rows.rows(),
         forward_ms: emulate_ms,
         backward_ms: None,
+        together: em.bwd.is_some(),
     })
 }
 

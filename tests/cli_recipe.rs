@@ -15,6 +15,9 @@ fn fp8_block_run_writes_f32_outputs_quantised_operands_and_bounds() {
     let out = dir.path().join("fp8.safetensors");
     let o = oracle(&["run", "--demo", "--recipe", "fp8-block", "--intermediates", "--bounds", "-q", "-o", p(&out)]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The emulation times forward and backward as one; the summary must not call the backward skipped.
+    let summary = String::from_utf8_lossy(&o.stdout);
+    assert!(summary.contains("forward and backward") && !summary.contains("skipped"), "{summary}");
     let bytes = std::fs::read(&out).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     for n in ["y", "grad.x", "grad.w13", "fwd.h", "bwd.dh"] {
