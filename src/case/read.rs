@@ -263,15 +263,22 @@ pub fn check_size(cfg: &MoeConfig) -> Result<(), CaseError> {
 
 /// The inputs of a case, by name (a candidate may hold them too: `check::candidate::accepted`).
 pub(crate) const INPUTS: [&str; 8] = ["x", "w13", "w2", "topk_ids", "topk_weights", "router.weight", "router.bias", "dy"];
-/// Prefixes of the other tensors a case file may hold: outputs, intermediates, quantised copies, and the
-/// emulated results and bounds of golden files.
-const PREFIXES: [&str; 6] = ["grad.", "fwd.", "bwd.", "q.", "bound.", "emulated."];
+/// Prefixes of the annexes a case or candidate file may hold beside the format's tensors: quantised copies
+/// (`run --recipe --intermediates`), bounds (`--bounds`, golden files) and the emulated kernel's results
+/// (golden files).
+pub(crate) const ANNEX_PREFIXES: [&str; 3] = ["q.", "bound.", "emulated."];
 
-/// Whether `name` is a tensor of the case format (an input, `y`, or under one of [`PREFIXES`]).
+/// Whether `name` lies under `prefix` with something after it.
+pub(crate) fn under(prefix: &str, name: &str) -> bool {
+    name.strip_prefix(prefix).is_some_and(|rest| !rest.is_empty())
+}
+
+/// Whether `name` is a tensor of the case format: an input, `y`, an output or intermediate (`grad.*`,
+/// `fwd.*`, `bwd.*`), or an annex ([`ANNEX_PREFIXES`]).
 fn is_case_tensor(name: &str) -> bool {
     INPUTS.contains(&name)
         || name == "y"
-        || PREFIXES.iter().any(|p| name.strip_prefix(p).is_some_and(|rest| !rest.is_empty()))
+        || ["grad.", "fwd.", "bwd."].iter().chain(&ANNEX_PREFIXES).any(|p| under(p, name))
 }
 
 /// Decide between given routing (`true`) and in-layer routing (`false`) from which tensors exist.

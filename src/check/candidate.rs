@@ -49,10 +49,6 @@ pub const EXPERT_OFFSETS: &str = "fwd.expert_offsets";
 /// inputs: the router's intermediates, and the routing the golden files store (`fwd.topk_ids`/`fwd.topk_weights`).
 pub const NOT_COMPARED: [&str; 5] = ["fwd.logits", "fwd.scores", "fwd.topk_ids", "fwd.topk_weights", "bwd.dlogits"];
 
-/// Prefixes of further accepted, not compared names: quantised copies, bounds (`run --bounds`, golden
-/// files) and the emulated kernel's results (golden files).
-pub const NOT_COMPARED_PREFIXES: [&str; 3] = ["q.", "bound.", "emulated."];
-
 /// Whether a candidate may hold a tensor of this name (a name outside the format is an error, so that a
 /// typo such as `grad.W13` is not silently skipped).
 pub fn accepted(name: &str) -> bool {
@@ -60,7 +56,7 @@ pub fn accepted(name: &str) -> bool {
         || [ROW_TOKEN, ROW_SLOT, EXPERT_OFFSETS].contains(&name)
         || case::INPUTS.contains(&name)
         || NOT_COMPARED.contains(&name)
-        || NOT_COMPARED_PREFIXES.iter().any(|p| name.starts_with(p) && name.len() > p.len())
+        || case::ANNEX_PREFIXES.iter().any(|p| case::under(p, name))
 }
 
 /// A format name that `name` may be a misspelling of (same letters ignoring case, `_` and `-`).

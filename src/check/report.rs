@@ -65,7 +65,7 @@ pub fn not_compared(names: &[String]) -> String {
     let mut items: Vec<String> = Vec::new();
     let mut groups: Vec<(&str, usize)> = Vec::new();
     for n in names {
-        match super::candidate::NOT_COMPARED_PREFIXES.iter().find(|p| n.starts_with(*p)) {
+        match crate::case::ANNEX_PREFIXES.iter().find(|p| n.starts_with(*p)) {
             Some(p) => match groups.iter_mut().find(|(g, _)| g == p) {
                 Some((_, c)) => *c += 1,
                 None => groups.push((p, 1)),
