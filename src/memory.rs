@@ -44,12 +44,15 @@ pub fn gib(bytes: u128) -> f64 {
     bytes as f64 / f64::powi(2.0, 30)
 }
 
-/// This machine's physical memory (`MemTotal` of /proc/meminfo), if known.
+/// This machine's memory, if known: `MemTotal` of /proc/meminfo, or the cgroup (v2) limit of a container
+/// when that is lower.
 pub fn physical_bytes() -> Option<u128> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u128 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    let total = line.split_whitespace().nth(1)?.parse::<u128>().ok()? * 1024;
+    // "max" (no limit) or a missing file leave the physical memory.
+    let limit = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok().and_then(|s| s.trim().parse::<u128>().ok());
+    Some(limit.map_or(total, |l| l.min(total)))
 }
 
 /// `--max-memory-gib`'s parser: a finite number of GiB above zero.
