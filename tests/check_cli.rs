@@ -530,3 +530,47 @@ fn every_writer_in_the_repository_makes_an_accepted_candidate() {
     }
     assert!(n >= 10, "{n} golden files");
 }
+
+/// A fused kernel may feed a stage its accumulator before rounding it for the file: y summed from
+/// unrounded expert outputs, grad.x from unrounded dx_rows. `check` passes such a candidate, and
+/// `diagnose` must not name a bad stage either: its replay allows each stored input its storage rounding
+/// (before, it named grad.x or bwd.da first in about a third of such kernels, session 37).
+#[test]
+fn diagnose_allows_a_fused_kernel_its_unrounded_intermediates() {
+    let s = setup("bf16");
+    let inp = &s.base.inputs;
+    let rows = &s.base.em.fwd.rows;
+    let (t_n, k, hd) = (inp.cfg.tokens, inp.cfg.top_k, inp.cfg.hidden);
+    let bf16 = |v: f64| f64::from(case::to_bf16(v));
+    // A value that rounds to the stored bf16 `r`, 0.45 of half an ulp away in the direction `sign`.
+    let unrounded = |r: f64, sign: f64| {
+        if r == 0.0 {
+            return r;
+        }
+        r + sign * 0.45 * 2f64.powi(r.abs().log2().floor() as i32 - 8)
+    };
+    let mut t = s.base.tensors.clone();
+    let o = t["fwd.o"].clone().into_dimensionality::<Ix2>().unwrap();
+    let dx = t["bwd.dx_rows"].clone().into_dimensionality::<Ix2>().unwrap();
+    let w = inp.topk_weights.as_ref().unwrap();
+    let (mut y, mut gx) = (Array2::<f64>::zeros((t_n, hd)), Array2::<f64>::zeros((t_n, hd)));
+    for tok in 0..t_n {
+        for c in 0..hd {
+            let slots: Vec<(usize, usize)> = (0..k).filter_map(|j| rows.slot_row[tok * k + j].map(|r| (j, r))).collect();
+            // Deviations that add up: the worst a fused kernel's unrounded rows can do.
+            let wj = |j: usize| f64::from(case::to_bf16(w[[tok, j]]));
+            y[[tok, c]] = bf16(slots.iter().map(|&(j, r)| wj(j) * unrounded(o[[r, c]], wj(j).signum())).sum());
+            gx[[tok, c]] = bf16(slots.iter().map(|&(_, r)| unrounded(dx[[r, c]], 1.0)).sum());
+        }
+    }
+    t.insert("y".into(), y.into_dyn());
+    t.insert("grad.x".into(), gx.into_dyn());
+    let cand = write_candidate(s.dir.path(), "fused", &inp.cfg, &t, None, FloatDtype::F32);
+    let o = oracle(&["check", p(&s.case), "--candidate", p(&cand)]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    let json = s.dir.path().join("fused.json");
+    let o = oracle(&["diagnose", p(&s.case), "--candidate", p(&cand), "--json", p(&json)]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    let d: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(d["first_bad_stage"].is_null(), "{}", d["first_bad_stage"]);
+}

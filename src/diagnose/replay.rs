@@ -1,7 +1,9 @@
 //! Stage replay: each stage of the pipeline recomputed from the candidate's OWN inputs to that stage, so
 //! that an upstream error neither hides nor smears a downstream one.
 //!
-//! A stage's input comes from the candidate when it holds that tensor (value exact as given, bound 0),
+//! A stage's input comes from the candidate when it holds that tensor (its value as given, with the
+//! recipe's storage rounding of it as bound: a fused kernel may have fed the next stage its accumulator
+//! before rounding it for the file, e.g. SwiGLU from GEMM1's f32 results or grad.x from f32 dx_rows),
 //! else from the recipe's emulation (emulated value, its bound, and the exact oracle's value as the
 //! reference); case inputs are rounded to the recipe's input storage with their rounding as bound. The
 //! stage's exact value is the exact oracle's operation (correctly rounded GEMM, SwiGLU, combine) on the
@@ -81,6 +83,21 @@ impl Src3 {
     }
 }
 
+/// The storage a recipe gives an intermediate the candidate may hold (f64 for any other name).
+fn stored_as(st: &moe_reference::recipe::StorageTable, name: &str) -> Storage {
+    match name {
+        "fwd.h" => st.h,
+        "fwd.a" => st.a,
+        "fwd.o" => st.o,
+        "bwd.do" => st.do_,
+        "bwd.da" => st.da,
+        "bwd.dh" => st.dh,
+        "bwd.dx_rows" => st.dx_rows,
+        "grad.topk_weights" => st.grad_topk_weights,
+        _ => Storage::F64,
+    }
+}
+
 /// One replayed stage: the candidate's tensor, the exact value from the stage's inputs, the stage bound.
 #[derive(Clone, Debug)]
 pub struct Replayed {
@@ -137,13 +154,17 @@ pub struct Replay<'a> {
 /// one; when the kernel's operands are known exactly (`known`), also at most |emulated − exact| plus the
 /// bound on |faithful kernel − emulator| from the same operands (zero operand deviation: only summation
 /// order, none under `--same-schedule`, and storage rounding), the bound `check` uses.
+/// An operand from the candidate (`a_dev`, `b_dev`) may differ from what the kernel fed the GEMM by its
+/// storage rounding (its `b`), which then is its deviation; case inputs are read exactly (deviation 0).
 #[allow(clippy::too_many_arguments)]
 fn gemm_bounded(
     plan: &GemmPlan,
     a: ArrayView2<f64>,
     ab: ArrayView2<f64>,
+    a_dev: bool,
     b: ArrayView2<f64>,
     bb: ArrayView2<f64>,
+    b_dev: bool,
     st: Storage,
     known: bool,
     exact: &Array2<f64>,
@@ -153,10 +174,12 @@ fn gemm_bounded(
         let bound = out.b.clone();
         return (out, bound);
     }
-    // Zero operand deviations, as broadcasts (the stage then makes no zero arrays of operand size).
+    // Zero deviations as broadcasts (the stage then makes no zero arrays of operand size).
     let zero = Array2::<f64>::zeros((1, 1));
     let zeros = |dim| zero.broadcast(dim).expect("a 1x1 array broadcasts");
-    let res = stage::gemm_stage_with(plan, a, ab, Some(zeros(a.dim())), b, bb, Some(zeros(b.dim())), st);
+    let ad = if a_dev { ab } else { zeros(a.dim()) };
+    let bd = if b_dev { bb } else { zeros(b.dim()) };
+    let res = stage::gemm_stage_with(plan, a, ab, Some(ad), b, bb, Some(bd), st);
     let dev = res.dev.expect("deviations were requested");
     let out = res.out;
     let mut bound = out.b.clone();
@@ -202,7 +225,10 @@ impl<'a> Replay<'a> {
     pub fn src(&self, name: &str) -> Option<Src> {
         if let Some(c) = self.ctx.cand.get2(name) {
             let v = c.to_owned();
-            return Some(Src { b: Array2::zeros(v.dim()), x: v.clone(), v, from_candidate: true, known: true });
+            let st = stored_as(&self.ctx.recipe.storage, name);
+            let (u, eta) = (st.unit_roundoff(), st.underflow());
+            let b = v.mapv(|v| u * v.abs() + eta);
+            return Some(Src { b, x: v.clone(), v, from_candidate: true, known: true });
         }
         let em = &self.ctx.em;
         let v = named_tensor(&em.fwd, em.bwd.as_ref(), name)?.into_dimensionality().ok()?.to_owned();
@@ -230,7 +256,7 @@ impl<'a> Replay<'a> {
             let (av, ab, ax) = a.rows(r.clone());
             let b = w.expert(e, transpose);
             let x = gemm::matmul_nt(ax, b.x.view());
-            let (out, bnd) = gemm_bounded(plan, av, ab, b.v.view(), b.b.view(), st, a.known, &x);
+            let (out, bnd) = gemm_bounded(plan, av, ab, a.from_candidate, b.v.view(), b.b.view(), false, st, a.known, &x);
             bound.slice_mut(s![r.clone(), ..]).assign(&bnd);
             emulated.slice_mut(s![r.clone(), ..]).assign(&out.v);
             exact.slice_mut(s![r, ..]).assign(&x);
@@ -257,7 +283,9 @@ impl<'a> Replay<'a> {
             let (bv, bb, bx) = b.rows(r);
             let t = |x: ArrayView2<f64>| x.t().as_standard_layout().into_owned();
             let x = gemm::matmul_nt(ax.t(), bx.t());
-            let (out, bnd) = gemm_bounded(plan, t(av).view(), t(ab).view(), t(bv).view(), t(bb).view(), st, a.known && b.known, &x);
+            let (ta, tb) = (t(ab), t(bb));
+            let (out, bnd) =
+                gemm_bounded(plan, t(av).view(), ta.view(), a.from_candidate, t(bv).view(), tb.view(), b.from_candidate, st, a.known && b.known, &x);
             bound.index_axis_mut(Axis(0), e).assign(&bnd);
             emulated.index_axis_mut(Axis(0), e).assign(&out.v);
             exact.index_axis_mut(Axis(0), e).assign(&x);
