@@ -57,6 +57,11 @@ pub fn row_experts(rows: &RowMap) -> Vec<usize> {
     out
 }
 
+/// The expert of dispatched row `r` (rows are expert-major: the expert whose offsets contain `r`).
+pub fn expert_of_row(rows: &RowMap, r: usize) -> usize {
+    rows.expert_offsets.partition_point(|&o| o <= r) - 1
+}
+
 /// What the layer needs to name coordinates.
 pub struct Layout<'a> {
     pub rows: &'a RowMap,
@@ -66,11 +71,6 @@ pub struct Layout<'a> {
 }
 
 impl Layout<'_> {
-    fn expert_of_row(&self, r: usize) -> usize {
-        // Rows are expert-major: the expert whose offsets contain r.
-        self.rows.expert_offsets.partition_point(|&o| o <= r) - 1
-    }
-
     /// `(half, intermediate)` of an index along a 2I axis.
     fn split(&self, c: usize) -> (&'static str, usize) {
         let i = self.intermediate;
@@ -119,7 +119,7 @@ impl Layout<'_> {
                 c.kernel_row = self.kernel_row.map(|k| k[r]);
                 c.token = Some(self.rows.row_token[r]);
                 c.slot = Some(self.rows.row_slot[r]);
-                c.expert = Some(self.expert_of_row(r));
+                c.expert = Some(expert_of_row(self.rows, r));
                 match name {
                     "fwd.h" | "bwd.dh" => {
                         let (h, i) = self.split(index[1]);

@@ -221,7 +221,7 @@ pub fn check_offsets(ctx: &Context) -> Option<OffsetsCheck> {
         Some(Worst { at, got: f64::from(got[i]), exact: exact[i] as f64, bound: 0.0, ratio: f64::INFINITY })
     } else {
         misplaced.first().map(|&r| {
-            let e = (0..rows.experts).find(|&e| rows.expert_rows(e).contains(&r)).expect("a row has an expert");
+            let e = coords::expert_of_row(rows, r);
             let k = ctx.cand.kernel_row.as_ref().expect("misplaced rows need a row map")[r];
             let at = Coords {
                 index: vec![r],

@@ -159,7 +159,7 @@ pub fn diagnose(ctx: &Context) -> Result<(Diagnosis, Option<replay::Replayed>), 
             // reported as also bad; the plot shows the first of them (or the closest to its bound).
             let rows = &ctx.exact_fwd.rows;
             let mut experts: Vec<usize> = o.wrong.iter().flat_map(|&i| [i.checked_sub(1), Some(i)]).flatten().filter(|&e| e < rows.experts).collect();
-            experts.extend(o.misplaced.iter().map(|&r| (0..rows.experts).find(|&e| rows.expert_rows(e).contains(&r)).expect("a row has an expert")));
+            experts.extend(o.misplaced.iter().map(|&r| crate::check::coords::expert_of_row(rows, r)));
             experts.sort_unstable();
             experts.dedup();
             let mut tokens: Vec<usize> = o.misplaced.iter().map(|&r| rows.row_token[r]).collect();
