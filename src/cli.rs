@@ -314,7 +314,8 @@ pub fn execute(
             (None, None)
         }
     };
-    if crate::overflow::inputs_finite(inputs) {
+    // With finite inputs (the reader refuses others unless --allow-nonfinite), a non-finite result left f64.
+    if case::check_inputs_finite(inputs).is_ok() {
         if let Some(why) = crate::overflow::first_non_finite(&fwd, bwd.as_ref()) {
             return Err(CliError::Overflow(why));
         }

@@ -1,28 +1,14 @@
 //! The exact oracle rounds each value correctly from its exact sum, so with finite inputs a NaN or an
 //! infinity in its results means that a value left f64's range: an exact result beyond it (inputs near
-//! 1e300, or a SwiGLU of such), or normalised routing weights of scores that underflowed to zero. That is not a result to write or check against: it is reported as bad input, naming
-//! the first tensor in pipeline order and the element where it happens.
+//! 1e300, or a SwiGLU of such), or normalised routing weights of scores that underflowed to zero. That is
+//! not a result to write or check against: it is reported as bad input, naming the first tensor in
+//! pipeline order and the element where it happens.
 
 use moe_reference::layer::named_tensor;
-use moe_reference::{Backward, Forward, LayerInputs};
+use moe_reference::{Backward, Forward};
 
 use crate::check::candidate::CHECKED;
 use crate::check::coords::unflatten;
-
-/// Whether every float input of the case is finite (the reader refuses others unless `--allow-nonfinite`).
-pub fn inputs_finite(inputs: &LayerInputs) -> bool {
-    fn finite<'a>(mut values: impl Iterator<Item = &'a f64>) -> bool {
-        values.all(|v| v.is_finite())
-    }
-    let opt2 = |a: &Option<ndarray::Array2<f64>>| a.as_ref().is_none_or(|a| finite(a.iter()));
-    finite(inputs.x.iter())
-        && finite(inputs.w13.iter())
-        && finite(inputs.w2.iter())
-        && opt2(&inputs.topk_weights)
-        && opt2(&inputs.router_weight)
-        && opt2(&inputs.dy)
-        && inputs.router_bias.as_ref().is_none_or(|a| finite(a.iter()))
-}
 
 /// The first of the run's tensors (pipeline order) holding a NaN or an infinity, as one line naming it
 /// and the element; `None` when every value is finite.

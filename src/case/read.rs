@@ -399,21 +399,27 @@ fn check_values(inputs: &LayerInputs, opts: ReadOptions) -> Result<(), CaseError
         check_ids(ids, inputs.cfg.experts)?;
     }
     if !opts.allow_nonfinite {
-        check_finite("x", inputs.x.shape(), inputs.x.iter())?;
-        check_finite("w13", inputs.w13.shape(), inputs.w13.iter())?;
-        check_finite("w2", inputs.w2.shape(), inputs.w2.iter())?;
-        if let Some(a) = &inputs.topk_weights {
-            check_finite("topk_weights", a.shape(), a.iter())?;
-        }
-        if let Some(a) = &inputs.router_weight {
-            check_finite("router.weight", a.shape(), a.iter())?;
-        }
-        if let Some(a) = &inputs.router_bias {
-            check_finite("router.bias", a.shape(), a.iter())?;
-        }
-        if let Some(a) = &inputs.dy {
-            check_finite("dy", a.shape(), a.iter())?;
-        }
+        check_inputs_finite(inputs)?;
+    }
+    Ok(())
+}
+
+/// Every float input is finite; the error names the first tensor and element that is not.
+pub fn check_inputs_finite(inputs: &LayerInputs) -> Result<(), CaseError> {
+    check_finite("x", inputs.x.shape(), inputs.x.iter())?;
+    check_finite("w13", inputs.w13.shape(), inputs.w13.iter())?;
+    check_finite("w2", inputs.w2.shape(), inputs.w2.iter())?;
+    if let Some(a) = &inputs.topk_weights {
+        check_finite("topk_weights", a.shape(), a.iter())?;
+    }
+    if let Some(a) = &inputs.router_weight {
+        check_finite("router.weight", a.shape(), a.iter())?;
+    }
+    if let Some(a) = &inputs.router_bias {
+        check_finite("router.bias", a.shape(), a.iter())?;
+    }
+    if let Some(a) = &inputs.dy {
+        check_finite("dy", a.shape(), a.iter())?;
     }
     Ok(())
 }
