@@ -376,6 +376,11 @@ fn run_case(path: &Path, args: &RunArgs) -> Result<(), CliError> {
         let copies = if recipe.is_none() { 1 } else if args.compare_exact { 3 } else { 2 };
         crate::memory::check_fits(&path.display().to_string(), &case.inputs.cfg, copies, args.max_memory_gib)?;
     }
+    // The GPU before the progress line: without one, the error is the only line.
+    let gpu = match args.device {
+        DeviceArg::Cuda => Some(crate::gpu::open_for(&case.inputs.cfg, args.kernels)?),
+        DeviceArg::Cpu => None,
+    };
     let c = &case.inputs.cfg;
     p.line(format_args!(
         "read {}: T={} H={} I={} E={} k={} ({} routing{}) in {:.1} ms",
@@ -389,9 +394,9 @@ fn run_case(path: &Path, args: &RunArgs) -> Result<(), CliError> {
         if case.inputs.dy.is_some() { ", with dy" } else { "" },
         ms(t)
     ));
-    if args.device == DeviceArg::Cuda {
+    if let Some(gpu) = &gpu {
         let t = Instant::now();
-        let n = crate::gpu::run_on_gpu(&case.inputs, &case.config_json, &args.output, args.common.intermediates, args.kernels)?;
+        let n = crate::gpu::run_on_gpu(gpu, &case.inputs, &case.config_json, &args.output, args.common.intermediates, args.kernels)?;
         println!("moe-oracle run {} --device cuda: wrote {n} tensors to {} in {:.1} ms", path.display(), args.output.display(), ms(t));
         return Ok(());
     }
@@ -436,7 +441,8 @@ fn run_demo_gpu(args: &RunArgs) -> Result<(), CliError> {
     case::validate_inputs(&inputs, ReadOptions::default()).map_err(CliError::Inputs)?;
     let cfg_json = case::config_json(&inputs.cfg);
     let t = Instant::now();
-    let n = crate::gpu::run_on_gpu(&inputs, &cfg_json, &args.output, args.common.intermediates, args.kernels)?;
+    let gpu = crate::gpu::open_for(&inputs.cfg, args.kernels)?;
+    let n = crate::gpu::run_on_gpu(&gpu, &inputs, &cfg_json, &args.output, args.common.intermediates, args.kernels)?;
     println!("moe-oracle run --demo --device cuda: wrote {n} tensors to {} in {:.1} ms", args.output.display(), ms(t));
     Ok(())
 }

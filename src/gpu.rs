@@ -68,19 +68,15 @@ fn host_routing(inputs: &LayerInputs) -> Result<HostRouting, GpuRunError> {
 /// router): the experts, combine and their backward run on the GPU, and `grad.router.weight` and the
 /// router's part of `grad.x` are formed on the host from the GPU's `grad.topk_weights`. The fast kernels
 /// do not store `bwd.do` and `bwd.da`, so their candidate lacks those two intermediates.
-pub fn run_on_gpu(inputs: &LayerInputs, config_json: &str, out: &Path, intermediates: bool, kernels: KernelChoice) -> Result<usize, GpuRunError> {
+pub fn run_on_gpu(gpu: &Gpu, inputs: &LayerInputs, config_json: &str, out: &Path, intermediates: bool, kernels: KernelChoice) -> Result<usize, GpuRunError> {
     let (ids, w, router) = host_routing(inputs)?;
-    if kernels == KernelChoice::Fast {
-        fast_shape_ok(&inputs.cfg)?;
-    }
-    let gpu = Gpu::open(0)?;
     let w32 = w.mapv(|v| v as f32);
     let r = match kernels {
         KernelChoice::Simple => {
             let routing = Routing::Given { topk_ids: ids.clone(), topk_weights: w32.clone() };
             gpu.forward(&inputs.cfg, &inputs.x, &inputs.w13, &inputs.w2, &routing, inputs.dy.as_ref())?
         }
-        KernelChoice::Fast => run_fast(&gpu, inputs, &ids, &w32)?,
+        KernelChoice::Fast => run_fast(gpu, inputs, &ids, &w32)?,
     };
     let omit: &[&str] = if kernels == KernelChoice::Fast { &moe_kernels::NOT_STORED } else { &[] };
     let mut t: Vec<(String, TensorData)> = vec![("y".into(), f32_tensor(r.y))];
@@ -122,6 +118,16 @@ pub fn run_on_gpu(inputs: &LayerInputs, config_json: &str, out: &Path, intermedi
     }
     case::write_outputs(out, config_json, &t)?;
     Ok(t.len())
+}
+
+/// GPU 0, opened for a case of shape `cfg` once the kernels can take that shape: the caller opens it
+/// before printing anything, so that a machine without a GPU (or a shape the fast kernels refuse) gives
+/// the error line alone.
+pub fn open_for(cfg: &moe_reference::config::MoeConfig, kernels: KernelChoice) -> Result<Gpu, GpuRunError> {
+    if kernels == KernelChoice::Fast {
+        fast_shape_ok(cfg)?;
+    }
+    Ok(Gpu::open(0)?)
 }
 
 /// The shapes the fast kernels take, checked on the host before any GPU work (`MoeLayer` checks them

@@ -317,6 +317,18 @@ fn refused_before_the_work_in_one_line() {
 
     // No subcommand: say so.
     assert_fails(&oracle(&[]), &out, "a subcommand is required: run, demo");
+
+    // --device cuda on a machine without a GPU: the GPU's error alone, no progress line before it (the
+    // GPU is opened before the "read" line is printed). With a GPU this part has nothing to refuse.
+    if moe_kernels::Gpu::open(0).is_err() {
+        for kernels in ["simple", "fast"] {
+            let o = oracle(&["run", p(&case_path), "-o", p(&out), "--device", "cuda", "--kernels", kernels]);
+            assert_fails(&o, &out, "GPU: ");
+        }
+        assert_fails(&oracle(&["run", "--demo", "--device", "cuda", "-o", p(&out)]), &out, "GPU: ");
+    } else {
+        eprintln!("skipped: --device cuda without a GPU (this machine has one)");
+    }
 }
 
 #[test]
