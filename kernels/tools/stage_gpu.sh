@@ -14,14 +14,15 @@ cargo build --release --bin moe-oracle
 cp target/release/moe-oracle .gpu/bin/
 for t in gpu_fast gpu_layer layer_api; do
     exe=$(cargo test --release -p moe-kernels --test $t --no-run --message-format=json 2>/dev/null |
-        python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
+        python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["kind"] == ["test"]][-1])')
     cp "$exe" .gpu/bin/$t
 done
 # The command-line GPU tests of the root crate (run there with MOE_ORACLE_BIN=.gpu/bin/moe-oracle: the path
-# cargo bakes in is this machine's).
+# cargo bakes in is this machine's). Only the test target's executable: when the moe-oracle binary is rebuilt
+# for the test, cargo reports it too, and last (session 38 staged it as .gpu/bin/cli_gpu).
 for t in cli_gpu cli_gpu_fast; do
     exe=$(cargo test --release --test $t --no-run --message-format=json 2>/dev/null |
-        python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
+        python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["kind"] == ["test"]][-1])')
     cp "$exe" .gpu/bin/$t
 done
 cp ../shared/bench/*.py kernels/tools/torch_moe_heated.py .gpu/bench/
