@@ -104,9 +104,18 @@ fn fl32(x: f64) -> f64 {
     f64::from(x as f32)
 }
 
-/// The independent `(multiplier, dequant scale, UE8M0 code)` of a block with amax `amax` (finite, >= 0,
+/// The one f32 operation before the cast: `fl32(x * m)` or `fl32(x / d)`. (Computed in f64 and rounded
+/// once to f32: for a product or quotient of two f32 values that equals the f32 operation, since f64
+/// carries more than 2 * 24 + 2 bits.)
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Mul(f64),
+    Div(f64),
+}
+
+/// The independent `(operation, dequant scale, UE8M0 code)` of a block with amax `amax` (finite, >= 0,
 /// zero or an f32 normal).
-fn expected_scale(rule: ScaleRule, f: Format, amax: f64) -> (f64, f64, Option<u8>) {
+fn expected_scale(rule: ScaleRule, f: Format, amax: f64) -> (Op, f64, Option<u8>) {
     let (_, mb, _, max) = fields(f);
     let emax_elem = frexp1(max).1;
     match rule {
@@ -117,7 +126,15 @@ fn expected_scale(rule: ScaleRule, f: Format, amax: f64) -> (f64, f64, Option<u8
                 let e = if m == 1.0 { e } else { e + 1 };
                 sf = 2f64.powi(e.clamp(-126, 127));
             }
-            (fl32(1.0 / sf), sf, None)
+            (Op::Mul(fl32(1.0 / sf)), sf, None)
+        }
+        ScaleRule::DeepGemmDiv => {
+            let sf = fl32(amax.max(fl32(1e-4)) / max);
+            (Op::Div(sf), sf, None)
+        }
+        ScaleRule::DeepGemmMaxOverAmax => {
+            let a = amax.max(fl32(1e-4));
+            (Op::Mul(fl32(max / a)), fl32(a / max), None)
         }
         ScaleRule::TransformerEngine { pow2 } => {
             let mut s = if amax == 0.0 { 1.0 } else { fl32(max / amax) };
@@ -127,7 +144,7 @@ fn expected_scale(rule: ScaleRule, f: Format, amax: f64) -> (f64, f64, Option<u8
             if pow2 {
                 s = 2f64.powi(frexp1(s).1);
             }
-            (s, fl32(1.0 / s), None)
+            (Op::Mul(s), fl32(1.0 / s), None)
         }
         ScaleRule::Mx(r) => {
             let e = if amax == 0.0 { -127 } else { frexp1(amax).1 };
@@ -161,9 +178,9 @@ fn expected_scale(rule: ScaleRule, f: Format, amax: f64) -> (f64, f64, Option<u8
                 }
             };
             if code == 255 {
-                (f64::NAN, f64::NAN, Some(0xFF))
+                (Op::Mul(f64::NAN), f64::NAN, Some(0xFF))
             } else {
-                (2f64.powi(127 - code), 2f64.powi(code - 127), Some(code as u8))
+                (Op::Mul(2f64.powi(127 - code)), 2f64.powi(code - 127), Some(code as u8))
             }
         }
     }
@@ -182,7 +199,9 @@ pub fn check_scale(data: &[u8]) {
         ScaleRule::Mx(MxRounding::Rceil),
         ScaleRule::Mx(MxRounding::Ceil),
         ScaleRule::Mx(MxRounding::Even),
-    ][usize::from(b.u8() % 8)];
+        ScaleRule::DeepGemmDiv,
+        ScaleRule::DeepGemmMaxOverAmax,
+    ][usize::from(b.u8() % 10)];
     let (d1, d2) = (usize::from(b.u8() % 8) + 1, usize::from(b.u8() % 8) + 1);
     let block = match b.u8() % 3 {
         0 => Block::Rows(d1),
@@ -219,7 +238,7 @@ pub fn check_scale(data: &[u8]) {
                     amax = amax.max(x[[r, c]].abs());
                 }
             }
-            let (mul, scale, code) = expected_scale(rule, format, amax);
+            let (op, scale, code) = expected_scale(rule, format, amax);
             let got = t.scale[[bi, bj]];
             assert!(got.to_bits() == scale.to_bits() || (got.is_nan() && scale.is_nan()), "{spec:?} block ({bi},{bj}) amax {amax:e}: scale {got:e}, expected {scale:e}");
             if let Some(code) = code {
@@ -231,8 +250,12 @@ pub fn check_scale(data: &[u8]) {
             for r in r0..r1 {
                 for c in c0..c1 {
                     let v = x[[r, c]];
-                    let q = nearest(&g, fl32(v * mul));
-                    assert_eq!(t.q[[r, c]].to_bits(), q.to_bits(), "{spec:?} x {v:e} mul {mul:e}");
+                    let y = match op {
+                        Op::Mul(m) => fl32(v * m),
+                        Op::Div(d) => fl32(v / d),
+                    };
+                    let q = nearest(&g, y);
+                    assert_eq!(t.q[[r, c]].to_bits(), q.to_bits(), "{spec:?} x {v:e} {op:?}");
                     let err = (q * scale - v).abs();
                     let bound = spec.element_error_bound(v, scale);
                     assert!(err <= bound, "{spec:?} x {v:e}: error {err:e} > bound {bound:e}");

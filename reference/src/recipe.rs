@@ -95,7 +95,8 @@ pub struct OperandQuant {
     pub format: String,
     /// Block shape in the NT operand layout: `1x128`, `128x128`, `1x32`, ...
     pub block: String,
-    /// Scale rule: `deepgemm`, `deepgemm-pow2`, `te`, `te-pow2`, `mx-floor`, `mx-rceil`, `mx-ceil`, `mx-even`.
+    /// Scale rule: `deepgemm`, `deepgemm-pow2`, `deepgemm-div`, `deepgemm-max-over-amax`, `te`, `te-pow2`,
+    /// `mx-floor`, `mx-rceil`, `mx-ceil`, `mx-even`.
     pub scale: String,
 }
 

@@ -62,6 +62,41 @@ fn deepgemm_pow2_scale_rounds_up() {
 }
 
 #[test]
+fn deepgemm_variants_break_exact_ties_their_own_way() {
+    // Three ways DeepGEMM-family code scales the same block: x·fl32(1/sf) (the kernel's own), x / sf, and
+    // x·fl32(448/amax). With bf16 data, x/sf is often an exact E4M3 midpoint, and the three f32 results
+    // sit on either side of it. Worked with numpy float32 and a nearest-even search over the E4M3 grid:
+    // amax 2.15625 (bf16): sf = fl32(2.15625/448) = 0.004813057836..., fl32(1/sf) = 207.76812744,
+    // fl32(448/2.15625) = 207.76811218. x = 0.80859375: x·207.76812744 -> 168.00001526 (above the
+    // midpoint of 160 | 176: 176); x / sf -> 168.0 (the midpoint: even, 160); x·207.76811218 -> 168.0
+    // (160). x = -0.404296875: -84.0000076 (-88), -84.0 (-80), -84.0 (-80).
+    let x = array![[2.15625, 0.80859375, -0.404296875]];
+    let sf = f64::from(2.15625f32 / 448.0f32);
+    let rules = [
+        (ScaleRule::DeepGemm { pow2: false }, [448.0, 176.0, -88.0]),
+        (ScaleRule::DeepGemmDiv, [448.0, 160.0, -80.0]),
+        (ScaleRule::DeepGemmMaxOverAmax, [448.0, 160.0, -80.0]),
+    ];
+    for (rule, want) in rules {
+        let t = quantize(x.view(), &spec(Format::E4M3, Block::Rows(128), rule, Overflow::Saturate));
+        assert_eq!(t.q.row(0).to_vec(), want.to_vec(), "{rule:?}");
+        assert_eq!(t.scale[[0, 0]], sf, "{rule:?}: the dequant scale is sf in all three");
+    }
+    // And a block where x·fl32(448/amax) differs from the division: amax 1.9375, x = -1.453125:
+    // x·fl32(1/sf) -> -336.0 exactly (a midpoint of 320 | 352 in spacing 32: even, -320); x / sf ->
+    // -336.00003 (-352); x·fl32(448/1.9375) -> -336.0 (-320).
+    let x = array![[1.9375, -1.453125]];
+    for (rule, want) in [
+        (ScaleRule::DeepGemm { pow2: false }, -320.0),
+        (ScaleRule::DeepGemmDiv, -352.0),
+        (ScaleRule::DeepGemmMaxOverAmax, -320.0),
+    ] {
+        let t = quantize(x.view(), &spec(Format::E4M3, Block::Rows(128), rule, Overflow::Saturate));
+        assert_eq!(t.q[[0, 1]], want, "{rule:?}");
+    }
+}
+
+#[test]
 fn deepgemm_all_zero_block_uses_the_floor() {
     // amax 0 -> clamp(1e-4): sf = fl32(fl32(1e-4) / 448) = 0x1.df595ap-23; elements 0; no NaN.
     let x = Array2::zeros((2, 128));
@@ -184,6 +219,8 @@ fn all_zero_channel_along_tokens() {
             ScaleRule::TransformerEngine { pow2: false },
             ScaleRule::Mx(MxRounding::Floor),
             ScaleRule::Mx(MxRounding::Rceil),
+            ScaleRule::DeepGemmDiv,
+            ScaleRule::DeepGemmMaxOverAmax,
         ] {
             let s = spec(Format::E4M3, Block::Cols(128), rule, Overflow::Saturate);
             let t = quantize(x.view(), &s);
@@ -249,6 +286,7 @@ fn rules() -> Vec<ScaleRule> {
         ScaleRule::TransformerEngine { pow2: true },
     ];
     v.extend([MxRounding::Floor, MxRounding::Rceil, MxRounding::Ceil, MxRounding::Even].map(ScaleRule::Mx));
+    v.extend([ScaleRule::DeepGemmDiv, ScaleRule::DeepGemmMaxOverAmax]);
     v
 }
 
@@ -257,7 +295,7 @@ proptest! {
 
     #[test]
     fn dequantize_within_element_bound(seed in any::<u64>(), rows in 1usize..40, cols in 1usize..300,
-                                        rule in 0usize..8, fmt in 0usize..3, blk in 0usize..4,
+                                        rule in 0usize..10, fmt in 0usize..3, blk in 0usize..4,
                                         lo in -60i32..10, span in 0i32..50, zeros in 0u64..50) {
         let format = [Format::E4M3, Format::E5M2, Format::E2M1][fmt];
         let block = [Block::Rows(128), Block::Cols(32), Block::Tile(128, 128), Block::Rows(32)][blk];

@@ -52,6 +52,8 @@ impl OperandPlan {
         let rule = match q.scale.as_str() {
             "deepgemm" => ScaleRule::DeepGemm { pow2: false },
             "deepgemm-pow2" => ScaleRule::DeepGemm { pow2: true },
+            "deepgemm-div" => ScaleRule::DeepGemmDiv,
+            "deepgemm-max-over-amax" => ScaleRule::DeepGemmMaxOverAmax,
             "te" => ScaleRule::TransformerEngine { pow2: false },
             "te-pow2" => ScaleRule::TransformerEngine { pow2: true },
             "mx-floor" => ScaleRule::Mx(MxRounding::Floor),
@@ -94,6 +96,7 @@ impl OperandPlan {
         match self.spec.rule {
             // sf = max(amax, 1e-4)/448 in f32 (pow2: rounded up to a power of two, at most twice).
             ScaleRule::DeepGemm { pow2 } => amax.max(1e-4) / maxf * slack * if pow2 { 2.0 } else { 1.0 },
+            ScaleRule::DeepGemmDiv | ScaleRule::DeepGemmMaxOverAmax => amax.max(1e-4) / maxf * slack,
             // 1/s with s = maxf/amax (pow2: rounded down, so 1/s at most doubles); amax so small that the
             // multiplier overflows gives s = 1.
             ScaleRule::TransformerEngine { pow2 } => {

@@ -8,7 +8,9 @@
 //! - `u32 = 2^-24` and `2^-150` (half the f32 subnormal spacing) bound the f32 multiply;
 //! - `|m*scale - 1| <= 2^-24` when one of the two is the f32-rounded reciprocal of the other (DeepGEMM:
 //!   `m = fl32(1/sf)`; TransformerEngine: `scale = fl32(1/s)`), plus the subnormal term when that
-//!   reciprocal is an f32 subnormal; 0 for power-of-two rules (MX, and the reciprocal of a power of two).
+//!   reciprocal is an f32 subnormal; 0 for power-of-two rules (MX, and the reciprocal of a power of two)
+//!   and for a division by the scale (`m = 1/scale` exactly, `y = fl32(x/scale)`); `2^-23 + 2^-48` when
+//!   both are rounded from the amax apart (`m = fl32(max/amax)`, `scale = fl32(amax/max)`).
 //!
 //! The bound needs only `x`, `scale` and the spec: `|x*m|` is bounded by `|x|/scale * (1 + 2^-23)`.
 
@@ -35,6 +37,11 @@ impl QuantSpec {
                 // one (TransformerEngine's `1/s` with `s` = f32 max): relative to the other factor.
                 U32 + F32_HALF_SUBNORMAL * (1.0 / scale).max(scale)
             }
+            // `y = fl32(x / scale)`: the division's rounding is the `U32 * y_hi` term below; m = 1/scale.
+            ScaleRule::DeepGemmDiv => 0.0,
+            // m = fl32(max/a) and scale = fl32(a/max), two roundings of reciprocal quantities (a >= 1e-4,
+            // so neither is subnormal): |m*scale - 1| <= 2*2^-24 + 2^-48.
+            ScaleRule::DeepGemmMaxOverAmax => 2.0 * U32 + U32 * U32,
         };
         // Upper bound on |y| = |fl32(x*m)|, with m <= (1 + rel)/scale.
         let y_hi = (ax / scale) * (1.0 + rel) * (1.0 + U32) + F32_HALF_SUBNORMAL;

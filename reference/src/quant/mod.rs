@@ -24,6 +24,7 @@ use crate::formats::{self, Format, Overflow};
 
 pub use block::Block;
 pub use rule::{MxRounding, ScaleRule};
+use rule::Factor;
 
 /// A bad block shape or quantisation description.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -88,12 +89,13 @@ pub fn quantize(x: ArrayView2<f64>, spec: &QuantSpec) -> QuantTensor {
                     for r in r0..r1 {
                         let xr = x.row(r);
                         let qr = &mut qs[(r - r0) * cols..(r - r0 + 1) * cols];
-                        match xr.as_slice() {
-                            Some(xs) => cast_run(spec, &xs[c0..c1], bs.mul, &mut qr[c0..c1]),
-                            None => {
+                        match (xr.as_slice(), bs.factor) {
+                            (Some(xs), Factor::Mul(m)) => cast_run(spec, &xs[c0..c1], |x| x * m, &mut qr[c0..c1]),
+                            (Some(xs), Factor::Div(d)) => cast_run(spec, &xs[c0..c1], |x| x / d, &mut qr[c0..c1]),
+                            (None, f) => {
                                 for c in c0..c1 {
-                                    // One f32 multiply, then the element cast.
-                                    qr[c] = cast_element(spec.format, fl32(xr[c]) * bs.mul, spec.overflow);
+                                    // One f32 operation, then the element cast.
+                                    qr[c] = cast_element(spec.format, f.apply(fl32(xr[c])), spec.overflow);
                                 }
                             }
                         }
@@ -155,10 +157,12 @@ pub fn cast_element(format: Format, y: f32, overflow: Overflow) -> f64 {
     f64::from(if y.is_sign_negative() { -r } else { r })
 }
 
-/// `out[i] = cast_element(format, fl32(xs[i]) * mul, overflow)` for a run of one block's row. For the
-/// saturating element formats the cast is written without branches ([`cast_saturating`], which the
-/// compiler vectorises) and only a run holding a non-finite product goes element by element.
-fn cast_run(spec: &QuantSpec, xs: &[f64], mul: f32, out: &mut [f64]) {
+/// `out[i] = cast_element(format, op(fl32(xs[i])), overflow)` for a run of one block's row, `op` the
+/// block's one f32 operation (a closure, so that each kind gets its own loop). For the saturating element
+/// formats the cast is written without branches ([`cast_saturating`], which the compiler vectorises) and
+/// only a run holding a non-finite product goes element by element.
+#[inline(always)]
+fn cast_run(spec: &QuantSpec, xs: &[f64], op: impl Fn(f32) -> f32, out: &mut [f64]) {
     let params = match spec.format {
         Format::E4M3 if spec.overflow == Overflow::Saturate => Some((3u32, -6i32, 448.0f32)),
         Format::E5M2 if spec.overflow == Overflow::Saturate => Some((2, -14, 57344.0)),
@@ -168,7 +172,7 @@ fn cast_run(spec: &QuantSpec, xs: &[f64], mul: f32, out: &mut [f64]) {
     if let Some((m, emin, max)) = params {
         let mut finite = true;
         for (o, &x) in out.iter_mut().zip(xs) {
-            let y = fl32(x) * mul;
+            let y = op(fl32(x));
             finite &= y.is_finite();
             *o = cast_saturating(y, m, emin, max);
         }
@@ -177,7 +181,7 @@ fn cast_run(spec: &QuantSpec, xs: &[f64], mul: f32, out: &mut [f64]) {
         }
     }
     for (o, &x) in out.iter_mut().zip(xs) {
-        *o = cast_element(spec.format, fl32(x) * mul, spec.overflow);
+        *o = cast_element(spec.format, op(fl32(x)), spec.overflow);
     }
 }
 

@@ -27,6 +27,13 @@ pub enum ScaleRule {
     /// (f32), elements `x * fl32(1/sf)`; with `pow2`, `sf = 2^ceil(log2 sf)`, biased exponent clamped to
     /// [1, 254] (the UE8M0 scales of its Blackwell kernels). Dequant scale: `sf`.
     DeepGemm { pow2: bool },
+    /// DeepGEMM's `sf` with the elements divided by it, `x / sf` (one IEEE f32 division): the per-token-group
+    /// quantisation kernels of CUDA inference stacks. Dequant scale: `sf`.
+    DeepGemmDiv,
+    /// DeepGEMM's older test helpers (`x * (448.0 / x_amax)`, copied into other projects' tests): the
+    /// elements times `fl32(max_elem / max(amax, 1e-4))`, the dequant scale `fl32(max(amax, 1e-4) / max_elem)`
+    /// computed apart (so the two are not each other's f32 reciprocal).
+    DeepGemmMaxOverAmax,
     /// TransformerEngine `Float8BlockScaling` (`compute_scale_from_amax`): multiplier
     /// `s = fl32(max_elem / amax)` (amax 0, inf or NaN: `s = 1`; `s` infinite: f32 max), with `pow2` the
     /// exponent bits of `s` only (rounded down to a power of two). Dequant scale: `fl32(1/s)`.
@@ -35,11 +42,30 @@ pub enum ScaleRule {
     Mx(MxRounding),
 }
 
+/// The one f32 operation that brings a block's element to the element format's range before the cast.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Factor {
+    /// `fl32(x * m)`.
+    Mul(f32),
+    /// `fl32(x / d)`.
+    Div(f32),
+}
+
+impl Factor {
+    #[inline(always)]
+    pub(crate) fn apply(self, x: f32) -> f32 {
+        match self {
+            Factor::Mul(m) => x * m,
+            Factor::Div(d) => x / d,
+        }
+    }
+}
+
 /// What a scale rule gives for one block.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct BlockScale {
-    /// The f32 factor every element is multiplied by (one f32 multiply) before the cast.
-    pub mul: f32,
+    /// The f32 operation applied to every element before the cast.
+    pub factor: Factor,
     /// The dequantisation scale: `x ≈ q * scale`.
     pub scale: f32,
     /// The UE8M0 code of `scale` (MX rules only).
@@ -77,7 +103,13 @@ impl ScaleRule {
                     sf = ceil_pow2_clamped(sf);
                 }
                 // `x * (1.0 / sf)`: the reciprocal is rounded to f32 first, then one f32 multiply.
-                BlockScale { mul: 1.0 / sf, scale: sf, bits: None }
+                BlockScale { factor: Factor::Mul(1.0 / sf), scale: sf, bits: None }
+            }
+            ScaleRule::DeepGemmDiv | ScaleRule::DeepGemmMaxOverAmax => {
+                let amax = if amax.is_nan() { amax } else { amax.max(1e-4_f32) };
+                let sf = amax / max_elem;
+                let factor = if *self == ScaleRule::DeepGemmDiv { Factor::Div(sf) } else { Factor::Mul(max_elem / amax) };
+                BlockScale { factor, scale: sf, bits: None }
             }
             ScaleRule::TransformerEngine { pow2 } => {
                 // TransformerEngine `compute_scale_from_amax` with epsilon 0 and `value_for_inf` = f32 max.
@@ -97,7 +129,7 @@ impl ScaleRule {
                     // Keep sign and exponent bits: rounds the multiplier down to a power of two.
                     s = f32::from_bits(s.to_bits() & 0xFF80_0000);
                 }
-                BlockScale { mul: s, scale: 1.0 / s, bits: None }
+                BlockScale { factor: Factor::Mul(s), scale: 1.0 / s, bits: None }
             }
             ScaleRule::Mx(r) => {
                 let b = mx_scale_bits(amax, elem, r);
@@ -107,7 +139,7 @@ impl ScaleRule {
                     // torchao `_e8m0_scale_to_reciprocal_fp32`: `2^(127 - b)` (b = 254 gives the subnormal 2^-127).
                     (pow2_f32(127 - b as i32), pow2_f32(b as i32 - 127))
                 };
-                BlockScale { mul, scale, bits: Some(b) }
+                BlockScale { factor: Factor::Mul(mul), scale, bits: Some(b) }
             }
         }
     }
