@@ -112,6 +112,12 @@ PY
 # environment's settings) into $OUT/bench-LABEL.log and prints the summary. HEAT_MS > 0 heats both sides that
 # long before each timed phase (`--heat-ms`, the baseline through the heated wrapper, with joules per pass);
 # 0 gives the burst after the warm-up, the shared baseline's own measurement.
+cli_gpu_tests() { # the command-line GPU tests with REQUIRE_GPU=1 (`run --device cuda` candidates through `check`)
+    for t in cli_gpu cli_gpu_fast; do
+        MOE_ORACLE_BIN=.gpu/bin/moe-oracle REQUIRE_GPU=1 timeout 120 .gpu/bin/$t --test-threads=1 > $OUT/$t.log 2>&1
+        echo "== $t rc $? at ${SECONDS}s"; grep -E "^test |test result|panicked" $OUT/$t.log | cut -c1-300 | head -8
+    done
+}
 bench_round() { # preset heat_ms label (BENCH_EXTRA: more bench-gpu arguments, e.g. --kernel-energy-ms 1000)
     local script=.gpu/bench/torch_moe_heated.py
     [ $2 -eq 0 ] && script=.gpu/bench/torch_moe_baseline.py

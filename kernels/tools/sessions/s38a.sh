@@ -8,10 +8,7 @@ session_start s38a
 UNTIL=${UNTIL:-260}
 BASELINE_HEAT=0 baselines $UNTIL burst
 baselines $UNTIL heated
-for t in cli_gpu cli_gpu_fast; do
-    MOE_ORACLE_BIN=.gpu/bin/moe-oracle REQUIRE_GPU=1 timeout 120 .gpu/bin/$t --test-threads=1 > $OUT/$t.log 2>&1
-    echo "== $t rc $? at ${SECONDS}s"; grep -E "test result|panicked" $OUT/$t.log | cut -c1-300 | head -6
-done
+cli_gpu_tests
 F=$((${END:-540} - SECONDS)); [ $F -lt 60 ] && F=60
 fuzz_gpu_fast $F
 echo "total ${SECONDS}s"

@@ -4,10 +4,7 @@
 # burst and heated rounds of both presets until UNTIL s (default 250); on an H100 the layer tests.
 source kernels/tools/sessions/ab_lib.sh
 session_start s38b
-for t in cli_gpu cli_gpu_fast; do
-    MOE_ORACLE_BIN=.gpu/bin/moe-oracle REQUIRE_GPU=1 timeout 120 .gpu/bin/$t --test-threads=1 > $OUT/$t.log 2>&1
-    echo "== $t rc $? at ${SECONDS}s"; grep -E "^test |test result|panicked" $OUT/$t.log | cut -c1-300 | head -8
-done
+cli_gpu_tests
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader)" in
     *H200*) h200_burst ${UNTIL:-250} burst; baselines ${UNTIL:-250} heated ;;
     *) layer_tests .gpu/bin 100 ;;
