@@ -67,7 +67,8 @@ fn host_routing(inputs: &LayerInputs) -> Result<HostRouting, GpuRunError> {
 /// case that routes itself (`router.weight`) is routed on the host in f64 (exact logits, then the oracle's
 /// router): the experts, combine and their backward run on the GPU, and `grad.router.weight` and the
 /// router's part of `grad.x` are formed on the host from the GPU's `grad.topk_weights`. The fast kernels
-/// do not store `bwd.do` and `bwd.da`, so their candidate lacks those two intermediates.
+/// do not store `bwd.do` and `bwd.da`, so their candidate lacks those two intermediates. `gpu` comes from
+/// [`open_for`], which has checked that `kernels` take the case's shape.
 pub fn run_on_gpu(gpu: &Gpu, inputs: &LayerInputs, config_json: &str, out: &Path, intermediates: bool, kernels: KernelChoice) -> Result<usize, GpuRunError> {
     let (ids, w, router) = host_routing(inputs)?;
     let w32 = w.mapv(|v| v as f32);
