@@ -201,6 +201,9 @@ enum ScaleFix {
     Transpose,
     /// Block `j` along K takes the scale of block `j + d` (clamped at the ends).
     ShiftK(i64),
+    /// Block row `i` (along the operand's rows: N for the weight in the NT layout) takes the scale of block row
+    /// `i + d` (clamped at the ends).
+    ShiftRows(i64),
 }
 
 fn fix_scales(q: &mut QuantTensor, fix: ScaleFix) -> bool {
@@ -220,6 +223,17 @@ fn fix_scales(q: &mut QuantTensor, fix: ScaleFix) -> bool {
             for i in 0..gr {
                 for j in 0..gc {
                     q.scale[[i, j]] = old[[i, (j as i64 + d).clamp(0, gc as i64 - 1) as usize]];
+                }
+            }
+        }
+        ScaleFix::ShiftRows(d) => {
+            if gr < 2 {
+                return false;
+            }
+            for i in 0..gr {
+                let from = (i as i64 + d).clamp(0, gr as i64 - 1) as usize;
+                for j in 0..gc {
+                    q.scale[[i, j]] = old[[from, j]];
                 }
             }
         }
@@ -314,6 +328,8 @@ fn gemm_alternatives(rp: &Replay, st: &Replayed, bad: &[bool]) -> Option<Pattern
         (true, ScaleFix::Transpose, "scale-block-transposed", "the weight's scale tiles are read transposed"),
         (true, ScaleFix::ShiftK(1), "scale-block-off-by-one", "the weight's scale blocks are read one block too far along K"),
         (true, ScaleFix::ShiftK(-1), "scale-block-off-by-one", "the weight's scale blocks are read one block too early along K"),
+        (true, ScaleFix::ShiftRows(1), "scale-block-off-by-one", "the weight's scale blocks are read one block too far along N (the output columns)"),
+        (true, ScaleFix::ShiftRows(-1), "scale-block-off-by-one", "the weight's scale blocks are read one block too early along N (the output columns)"),
         (false, ScaleFix::ShiftK(1), "scale-block-off-by-one", "the activation's scale blocks are read one block too far along K"),
         (false, ScaleFix::ShiftK(-1), "scale-block-off-by-one", "the activation's scale blocks are read one block too early along K"),
         (false, ScaleFix::Transpose, "scale-block-transposed", "the activation's scale blocks are read transposed"),

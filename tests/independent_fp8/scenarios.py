@@ -11,7 +11,8 @@ runs `check`; the exit status must be the expected one:
 - kernels that scale blocks as x / sf or x * fl32(448/amax) must fail fp8-block (1: exact E4M3 ties broken
   the other way, beyond fwd.h's accumulation allowance) and pass the recipe that names their scale rule;
 - injected bugs must fail (1): a weight-scale block off by one, transposed weight-scale blocks, the
-  activation's scale used for the weight; a missing FP8 promotion with --same-schedule.
+  activation's scale used for the weight; a missing FP8 promotion with --same-schedule; and `diagnose` must
+  name the pattern of the two it knows (PATTERNS).
 Prints one line per scenario and exits 1 if any status differs from the expected one.
 """
 import json
@@ -73,6 +74,9 @@ for bug in ("scale_off1", "scale_T", "wrong_scale"):
     S.append((f"bug {bug}", "fp8-block", (128, 384, 256, 4, 2), 9000, "normal", "hopper", None, bug, None, False, 1))
 S.append(("bug nopromo, --same-schedule", "fp8-block", (128, 384, 256, 4, 2), 9000, "normal", "hopper", None, "nopromo", None, True, 1))
 
+# The bug pattern `diagnose` must name (its "pattern:" line), by scenario name.
+PATTERNS = {"bug scale_off1": "scale-block-off-by-one", "bug nopromo, --same-schedule": "missing-promotion"}
+
 bad = 0
 for (name, recipe, (T, H, I, E, k), seed, prof, mode, quant, bug, check_recipe, same, want) in S:
     case = os.path.join(SCRATCH, "case.safetensors")
@@ -87,6 +91,11 @@ for (name, recipe, (T, H, I, E, k), seed, prof, mode, quant, bug, check_recipe, 
     worst = [l.split()[0] + " " + l.split()[3] for l in p.stdout.splitlines()[2:] if len(l.split()) >= 6 and l.split()[1] in ("pass", "FAIL")]
     worst = max(worst, key=lambda w: float(w.split()[1]), default="")
     ok = p.returncode == want
+    if name in PATTERNS:
+        d = subprocess.run([BIN, "diagnose"] + cmd[2:], capture_output=True, text=True)
+        named = [l.split()[1] for l in d.stdout.splitlines() if l.strip().startswith("pattern:")]
+        ok = ok and named == [PATTERNS[name]]
+        name += f" (diagnose names {', '.join(named) or 'no pattern'})"
     bad += not ok
     print(f"{'ok ' if ok else 'BAD'} exit {p.returncode} (want {want})  {name}  [T={T} H={H} I={I} E={E} k={k} seed {seed}]  worst {worst}"
           + ("" if ok or p.returncode in (0, 1) else "\n    " + (p.stdout + p.stderr).strip()[-400:]), flush=True)
