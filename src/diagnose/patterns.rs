@@ -9,7 +9,7 @@
 
 use moe_reference::accum::{self, Model, TensorCore};
 use moe_reference::emulate::stage::{store, GemmPlan};
-use moe_reference::quant::{self, Block, QuantTensor};
+use moe_reference::quant::{self, Block, QuantTensor, ScaleRule};
 use moe_reference::recipe::Storage;
 use ndarray::{s, Array2, ArrayD, ArrayView2};
 use serde::Serialize;
@@ -297,7 +297,7 @@ fn gemm_alternatives(rp: &Replay, st: &Replayed, bad: &[bool]) -> Option<Pattern
     let width = st.got.shape()[1];
     let bd = flat(&st.bound);
     let u = storage.unit_roundoff();
-    let compute = |model: &Model, fix: Option<(bool, ScaleFix)>| -> Option<Vec<f64>> {
+    let compute_plan = |plan: &GemmPlan, model: &Model, fix: Option<(bool, ScaleFix)>| -> Option<Vec<f64>> {
         let mut out = Array2::<f64>::zeros((rows.rows(), width));
         for e in 0..rows.experts {
             let r = rows.expert_rows(e);
@@ -311,6 +311,7 @@ fn gemm_alternatives(rp: &Replay, st: &Replayed, bad: &[bool]) -> Option<Pattern
         }
         Some(out.into_iter().collect())
     };
+    let compute = |model: &Model, fix: Option<(bool, ScaleFix)>| compute_plan(plan, model, fix);
     let fits = |alt: &[f64]| explains(&st.got, bad, |i| Some((alt[i], 0.25 * bd[i] + 2.0 * u * alt[i].abs())));
 
     if let Model::TensorCore(tc @ TensorCore { promote_every: Some(_), .. }) = plan.model {
@@ -322,6 +323,35 @@ fn gemm_alternatives(rp: &Replay, st: &Replayed, bad: &[bool]) -> Option<Pattern
                     detail: format!("{}: {} accumulates the whole K in the tensor core (no f32 promotion every block)", st.name, plan.name),
                 });
             }
+        }
+    }
+    // Another DeepGEMM-family scaling of the blocks: a faithful kernel of another recipe (it breaks exact
+    // E4M3 ties the other way), not a bug; the user should check it against a recipe naming its rule.
+    let plain_deepgemm = ScaleRule::DeepGemm { pow2: false };
+    if [&plan.a, &plan.b].into_iter().flatten().any(|o| o.spec.rule == plain_deepgemm) {
+        let variants = [(ScaleRule::DeepGemmDiv, "deepgemm-div", "x / sf"), (ScaleRule::DeepGemmMaxOverAmax, "deepgemm-max-over-amax", "x · fl32(448/amax)")];
+        // The two often break the same ties alike, so both may explain the violations: name the one that
+        // matches more of the whole stage to its storage rounding.
+        let mut best: Option<(usize, &str, &str)> = None;
+        for (rule, rule_name, what) in variants {
+            let mut other = plan.clone();
+            for o in [&mut other.a, &mut other.b].into_iter().flatten().filter(|o| o.spec.rule == plain_deepgemm) {
+                o.spec.rule = rule;
+            }
+            let Some(alt) = compute_plan(&other, &plan.model, None) else { continue };
+            if !fits(&alt) {
+                continue;
+            }
+            let matched = st.got.iter().zip(&alt).filter(|&(&g, &a)| (g - a).abs() <= 2.0 * u * a.abs()).count();
+            if best.is_none_or(|(m, _, _)| matched > m) {
+                best = Some((matched, rule_name, what));
+            }
+        }
+        if let Some((_, rule_name, what)) = best {
+            return Some(Pattern {
+                name: "quantiser-variant",
+                detail: format!("{}: the blocks are scaled as {what}, not as x · fl32(1/sf): check with a recipe whose operands name the scale rule {rule_name}", st.name),
+            });
         }
     }
     let fixes = [

@@ -13,7 +13,7 @@ runs `check`; the exit status must be the expected one:
   the other way, beyond fwd.h's accumulation allowance) and pass the recipe that names their scale rule;
 - injected bugs must fail (1): a weight-scale block off by one, transposed weight-scale blocks, the
   activation's scale used for the weight; a missing FP8 promotion with --same-schedule; and `diagnose` must
-  name the pattern of the two it knows (PATTERNS).
+  name the pattern of the two it knows, and of the two quantiser variants (PATTERNS).
 Prints one line per scenario and exits 1 if any status differs from the expected one.
 """
 import json
@@ -82,7 +82,14 @@ for bug in ("scale_off1", "scale_T", "wrong_scale"):
 S.append(("bug nopromo, --same-schedule", "fp8-block", (128, 384, 256, 4, 2), 9000, "normal", "hopper", None, "nopromo", None, True, 1))
 
 # The bug pattern `diagnose` must name (its "pattern:" line), by scenario name.
-PATTERNS = {"bug scale_off1": "scale-block-off-by-one", "bug nopromo, --same-schedule": "missing-promotion"}
+PATTERNS = {
+    "bug scale_off1": "scale-block-off-by-one",
+    "bug nopromo, --same-schedule": "missing-promotion",
+    "x / sf kernel, fp8-block": "quantiser-variant",
+    "x * 448/amax kernel, fp8-block": "quantiser-variant",
+}
+# ... and the scale rule it then names.
+RULES = {"x / sf kernel, fp8-block": "deepgemm-div", "x * 448/amax kernel, fp8-block": "deepgemm-max-over-amax"}
 
 bad = 0
 for (name, recipe, (T, H, I, E, k), seed, prof, mode, quant, bug, check_recipe, same, want) in S:
@@ -100,8 +107,9 @@ for (name, recipe, (T, H, I, E, k), seed, prof, mode, quant, bug, check_recipe, 
     ok = p.returncode == want
     if name in PATTERNS:
         d = subprocess.run([BIN, "diagnose"] + cmd[2:], capture_output=True, text=True)
-        named = [l.split()[1] for l in d.stdout.splitlines() if l.strip().startswith("pattern:")]
-        ok = ok and named == [PATTERNS[name]]
+        lines = [l for l in d.stdout.splitlines() if l.strip().startswith("pattern:")]
+        named = [l.split()[1] for l in lines]
+        ok = ok and named == [PATTERNS[name]] and all(l.endswith(" " + RULES[name] + ")") for l in lines if name in RULES)
         name += f" (diagnose names {', '.join(named) or 'no pattern'})"
     bad += not ok
     print(f"{'ok ' if ok else 'BAD'} exit {p.returncode} (want {want})  {name}  [T={T} H={H} I={I} E={E} k={k} seed {seed}]  worst {worst}"
