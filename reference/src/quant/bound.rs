@@ -12,7 +12,9 @@
 //!   and for a division by the scale (`m = 1/scale` exactly, `y = fl32(x/scale)`); `2^-23 + 2^-48` when
 //!   both are rounded from the amax apart (`m = fl32(max/amax)`, `scale = fl32(amax/max)`).
 //!
-//! The bound needs only `x`, `scale` and the spec: `|x*m|` is bounded by `|x|/scale * (1 + 2^-23)`.
+//! The bound needs only `x`, `scale` and the spec: `|x*m|` is bounded by `|x|/scale * (1 + rel)`, `rel` the
+//! bound on `|m*scale - 1|` above. For an input that is not an f32 value, `x` above is `fl32(x)` and
+//! `|fl32(x) - x|` is added.
 
 use super::{QuantSpec, ScaleRule};
 use crate::formats::Overflow;
@@ -24,10 +26,14 @@ impl QuantSpec {
     /// A sound bound on `|q*scale - x|` for one element `x` of a block whose dequant scale is `scale`
     /// (`+inf` when the cast may overflow to NaN or infinity, or the scale is not a finite positive number).
     pub fn element_error_bound(&self, x: f64, scale: f64) -> f64 {
-        if !scale.is_finite() || scale <= 0.0 || !x.is_finite() {
+        // The kernel quantises fl32(x): bound |q*scale - fl32(x)| and add |fl32(x) - x| (0 for the bf16 and
+        // f32 data kernels read; an f64 input's own rounding otherwise, which no term below covers when the
+        // element operation has no slack, as `deepgemm-div`'s exact 1/scale).
+        let xr = f64::from(x as f32);
+        if !scale.is_finite() || scale <= 0.0 || !xr.is_finite() {
             return f64::INFINITY;
         }
-        let ax = x.abs();
+        let ax = xr.abs();
         // |m*scale - 1| and the absolute error of the reciprocal that defines m or scale.
         let rel = match self.rule {
             ScaleRule::Mx(_) => 0.0,
@@ -57,7 +63,7 @@ impl QuantSpec {
         } else {
             half_spacing(y_hi, spec.mantissa_bits, spec.min_exponent())
         };
-        let b = scale * q_err + scale * (U32 * y_hi + F32_HALF_SUBNORMAL) + ax * rel;
+        let b = scale * q_err + scale * (U32 * y_hi + F32_HALF_SUBNORMAL) + ax * rel + (x - xr).abs();
         // Cover the roundings of this f64 computation itself (a handful of operations, each 2^-53).
         b * (1.0 + 1e-12)
     }

@@ -5,8 +5,9 @@
 //! Per block, operation by operation as the kernels do it (`shared/docs/numerics.md`, "Block-scaled
 //! recipes"; the rule-specific steps are in [`rule`]):
 //! 1. `amax` = the f32 maximum of `|x|` over the block (NaN if any element is NaN, as `torch.amax`);
-//! 2. the rule turns `amax` into an f32 multiplier `m` and a dequant scale `scale`;
-//! 3. each element: `y = fl32(x * m)` (one f32 multiply), then `q = cast(format, y)` rounded to nearest
+//! 2. the rule turns `amax` into one f32 operation per element, `x * m` (most rules) or `x / sf`
+//!    (`deepgemm-div`), and a dequant scale `scale`;
+//! 3. each element: `y = fl32(x * m)` or `fl32(x / sf)`, then `q = cast(format, y)` rounded to nearest
 //!    even with the spec's [`Overflow`] (kernels saturate: PTX `satfinite`);
 //! 4. the tensor reconstructs as `q * scale` ([`QuantTensor::dequantize`], exact in f64).
 //!

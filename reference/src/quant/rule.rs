@@ -27,8 +27,10 @@ pub enum ScaleRule {
     /// (f32), elements `x * fl32(1/sf)`; with `pow2`, `sf = 2^ceil(log2 sf)`, biased exponent clamped to
     /// [1, 254] (the UE8M0 scales of its Blackwell kernels). Dequant scale: `sf`.
     DeepGemm { pow2: bool },
-    /// DeepGEMM's `sf` with the elements divided by it, `x / sf` (one IEEE f32 division): the per-token-group
-    /// quantisation kernels of CUDA inference stacks. Dequant scale: `sf`.
+    /// DeepGEMM's `sf` with the elements divided by it, `x / sf`, one correctly rounded f32 division (CUDA
+    /// C++ with IEEE division, `-prec-div=true`, the default without `--use_fast_math`; Triton's `tl.div_rn`).
+    /// An approximate division (Triton's `/` on f32, `--use_fast_math`) may land one ulp off at exactly the
+    /// E4M3 midpoints where the rules differ: not modelled. Dequant scale: `sf`.
     DeepGemmDiv,
     /// DeepGEMM's older test helpers (`x * (448.0 / x_amax)`, copied into other projects' tests): the
     /// elements times `fl32(max_elem / max(amax, 1e-4))`, the dequant scale `fl32(max(amax, 1e-4) / max_elem)`
