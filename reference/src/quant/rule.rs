@@ -97,20 +97,19 @@ impl ScaleRule {
     pub(crate) fn block_scale(&self, amax: f32, elem: Format) -> BlockScale {
         let max_elem = elem.max_finite() as f32;
         match *self {
-            ScaleRule::DeepGemm { pow2 } => {
+            ScaleRule::DeepGemm { .. } | ScaleRule::DeepGemmDiv | ScaleRule::DeepGemmMaxOverAmax => {
                 // DeepGEMM: `x_amax = x.abs().float().amax(...).clamp(1e-4)`; torch's clamp keeps NaN.
                 let amax = if amax.is_nan() { amax } else { amax.max(1e-4_f32) };
                 let mut sf = amax / max_elem;
-                if pow2 {
+                if let ScaleRule::DeepGemm { pow2: true } = *self {
                     sf = ceil_pow2_clamped(sf);
                 }
-                // `x * (1.0 / sf)`: the reciprocal is rounded to f32 first, then one f32 multiply.
-                BlockScale { factor: Factor::Mul(1.0 / sf), scale: sf, bits: None }
-            }
-            ScaleRule::DeepGemmDiv | ScaleRule::DeepGemmMaxOverAmax => {
-                let amax = if amax.is_nan() { amax } else { amax.max(1e-4_f32) };
-                let sf = amax / max_elem;
-                let factor = if *self == ScaleRule::DeepGemmDiv { Factor::Div(sf) } else { Factor::Mul(max_elem / amax) };
+                let factor = match *self {
+                    ScaleRule::DeepGemmDiv => Factor::Div(sf),
+                    ScaleRule::DeepGemmMaxOverAmax => Factor::Mul(max_elem / amax),
+                    // `x * (1.0 / sf)`: the reciprocal is rounded to f32 first, then one f32 multiply.
+                    _ => Factor::Mul(1.0 / sf),
+                };
                 BlockScale { factor, scale: sf, bits: None }
             }
             ScaleRule::TransformerEngine { pow2 } => {
