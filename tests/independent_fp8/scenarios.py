@@ -22,8 +22,8 @@ import subprocess
 import sys
 
 import gencase
-import kernel
 import st
+from harness import check_table, write_candidate
 
 BIN, SCRATCH = sys.argv[1], sys.argv[2]
 os.makedirs(SCRATCH, exist_ok=True)
@@ -97,13 +97,12 @@ for (name, recipe, (T, H, I, E, k), seed, prof, mode, quant, bug, check_recipe, 
     cand = os.path.join(SCRATCH, "cand.safetensors")
     gencase.make(case, T, H, I, E, k, seed, prof, recipe)
     c, meta = st.read(case)
-    out, _ = kernel.moe(c, recipe, mode, bug=bug, q448=quant == "448", qdiv=quant == "div")
-    st.write(cand, out, {"moe.format": "1", "moe.config": meta["moe.config"]})
+    write_candidate(cand, c, meta, recipe, mode, bug=bug, q448=quant == "448", qdiv=quant == "div")
     r = recipe if check_recipe is None else recipe_file(recipe, check_recipe[1], check_recipe[0])
     cmd = [BIN, "check", case, "--candidate", cand, "--recipe", r] + (["--same-schedule"] if same else [])
     p = subprocess.run(cmd, capture_output=True, text=True)
-    worst = [l.split()[0] + " " + l.split()[3] for l in p.stdout.splitlines()[2:] if len(l.split()) >= 6 and l.split()[1] in ("pass", "FAIL")]
-    worst = max(worst, key=lambda w: float(w.split()[1]), default="")
+    worst = max(check_table(p.stdout), key=lambda r: r[2], default=None)
+    worst = f"{worst[0]} {worst[2]:.3e}" if worst else ""
     ok = p.returncode == want
     if name in PATTERNS:
         d = subprocess.run([BIN, "diagnose"] + cmd[2:], capture_output=True, text=True)

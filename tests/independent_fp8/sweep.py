@@ -16,8 +16,8 @@ import sys
 import numpy as np
 
 import gencase
-import kernel
 import st
+from harness import check_table, write_candidate
 
 BIN, SCRATCH = sys.argv[1], sys.argv[2]
 N = int(sys.argv[3]) if len(sys.argv) > 3 else 10
@@ -25,16 +25,6 @@ SEED0 = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 os.makedirs(SCRATCH, exist_ok=True)
 MODES = {"fp8-block": ("hopper", "f32", "exact"), "fp8-block-te": ("hopper", "f32", "exact"),
          "fp8-bwd": ("hopper", "f32", "exact"), "mxfp8": ("exact", "f32")}
-
-
-def verdicts(stdout):
-    """(tensor, verdict, err/bound) rows of check's table."""
-    rows = []
-    for l in stdout.splitlines()[2:]:
-        w = l.split()
-        if len(w) >= 6 and w[1] in ("pass", "FAIL"):
-            rows.append((w[0], w[1], float(w[3])))
-    return rows
 
 
 failures = 0
@@ -53,10 +43,9 @@ for recipe, modes in MODES.items():
         gencase.make(case, T, H, I, E, k, seed, prof, recipe)
         c, meta = st.read(case)
         for mode in modes:
-            out, _ = kernel.moe(c, recipe, mode)
-            st.write(cand, out, {"moe.format": "1", "moe.config": meta["moe.config"]})
+            write_candidate(cand, c, meta, recipe, mode)
             p = subprocess.run([BIN, "check", case, "--candidate", cand, "--recipe", recipe], capture_output=True, text=True)
-            rows = verdicts(p.stdout)
+            rows = check_table(p.stdout)
             runs += 1
             if p.returncode != 0 and any(r == float("inf") for _, _, r in rows):
                 overflow += 1
